@@ -1,0 +1,1 @@
+"""The archive: every program, evaluation, event and lineage edge of every run."""

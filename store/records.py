@@ -1,0 +1,77 @@
+"""Frozen, picklable records that travel between actors and land in the archive.
+
+Each record carries its routing fields (run, island, program id), so a result
+finds its way home without any actor handle.
+"""
+from __future__ import annotations
+
+import enum
+import hashlib
+from dataclasses import dataclass, field
+
+
+class Status(str, enum.Enum):
+    """Outcome of one evaluation. A bad candidate is data, never an exception."""
+
+    OK = "OK"
+    FAILED = "FAILED"  # the candidate raised, crashed or broke a resource limit
+    TIMEOUT = "TIMEOUT"  # the wall-clock or CPU limit killed it
+    INVALID = "INVALID"  # it answered, but with wrong types, NaN or out-of-range actions
+
+
+def code_hash(code: str) -> str:
+    """Stable identity of a program text (whitespace at the ends ignored)."""
+    return hashlib.sha256(code.strip().encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class MutationRequest:
+    """Ask a mutator for one child of `parent_code` on `island`."""
+
+    run_id: str
+    island: int
+    generation: int
+    parent_id: str
+    parent_code: str
+    inspirations: tuple[tuple[str, str], ...] = ()  # (program_id, code)
+    operator_weights: tuple[tuple[str, float], ...] = ()
+    seed: int = 0
+    feedback: str = ""  # search-split metrics of the parent, for prompts
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A proposed program, before evaluation."""
+
+    program_id: str
+    run_id: str
+    island: int
+    generation: int
+    parent_ids: tuple[str, ...]
+    code: str
+    mutator: str  # e.g. "seed", "embedded:perturb_const"
+    created_at: float
+
+    @property
+    def code_hash(self) -> str:
+        return code_hash(self.code)
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """What the trusted side measured for one program on one split.
+
+    `score` is higher-is-better (a cost domain reports minus the cost) and is
+    None unless status is OK.
+    """
+
+    program_id: str
+    split: str  # "search" or "heldout"
+    status: Status
+    score: float | None = None
+    metrics: dict = field(default_factory=dict)
+    instance_scores: tuple[float, ...] = ()
+    descriptors: tuple[float, ...] = ()
+    tuned_params: dict = field(default_factory=dict)  # name -> value written back into code
+    error: str | None = None
+    duration_s: float = 0.0
