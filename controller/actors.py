@@ -1,0 +1,55 @@
+"""Ray actors: thin wrappers that make the plain classes remote.
+
+The logic lives in `evaluators.evaluator.Evaluator` and `MutationWorker`, both
+testable without Ray; `ray.remote(TheClass)` makes the actor.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import ray
+
+from evaluators.evaluator import Evaluator
+from evaluators.registry import get_domain
+from store.records import MutationRequest
+from workers._base import MutationFailed, Proposal
+from workers.embedded import EmbeddedMutator, Motif
+
+
+class MutationWorker:
+    """Proposes children for one domain with the embedded mutator."""
+
+    def __init__(self, domain_name: str, domain_options: dict, mutator_config):
+        domain = get_domain(domain_name, **domain_options)
+        motifs = [Motif(name, template, tuple(params)) for name, template, params in domain.motifs()]
+        self.mutator = EmbeddedMutator(mutator_config, domain.entry_point, motifs)
+
+    def propose(self, request: MutationRequest) -> Proposal | str:
+        """A proposal, or the reason no child could be made (data, not an error)."""
+        try:
+            return self.mutator.propose(request)
+        except MutationFailed as exc:
+            return f"mutation failed: {exc}"
+
+
+EvaluatorActor = ray.remote(num_cpus=1, max_restarts=0)(Evaluator)
+MutatorActor = ray.remote(num_cpus=0)(MutationWorker)
+
+
+def project_root() -> str:
+    return str(Path(__file__).resolve().parents[1])
+
+
+def connect(address: str | None, num_cpus: int | None = None) -> dict:
+    """Join the cluster at `address` (or RAY_ADDRESS), else start a local Ray."""
+    if ray.is_initialized():
+        return ray.cluster_resources()
+    address = address or os.environ.get("RAY_ADDRESS")
+    env = {"env_vars": {"PYTHONPATH": project_root()}}
+    if address:
+        ray.init(address=address, runtime_env=env, log_to_driver=False)
+    else:
+        ray.init(num_cpus=num_cpus, include_dashboard=False, runtime_env=env,
+                 log_to_driver=False, configure_logging=False)
+    return ray.cluster_resources()

@@ -1,0 +1,65 @@
+"""`atoll`: run, resume, inspect and query searches.
+
+Every bad input (missing file, bad config, bad SQL, a folder that is not a run)
+ends with one clear line on stderr and exit status 2, never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from controller.config import ConfigError
+
+EPILOG = """examples:
+  atoll run configs/inventory.toml                  search with the embedded mutator
+  atoll run configs/inventory.toml --set run.max_evals=50 --run-dir runs/try
+  atoll resume runs/try                             continue after Ctrl-C, kill -9 or a lost machine
+  atoll status runs/try
+  atoll query runs/try "SELECT * FROM mutator_success"
+  atoll best runs/try
+  atoll baselines configs/inventory.toml"""
+
+
+class UserError(Exception):
+    """Bad input from the user: printed as one line, exit status 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="atoll", description="Evolve policy programs on a Ray cluster.",
+                                     epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    run = sub.add_parser("run", help="start a new search from a config file")
+    run.add_argument("config", help="TOML config, e.g. configs/inventory.toml")
+    run.add_argument("--run-dir", help="where the archive goes (default runs/NAME-TIMESTAMP)")
+    run.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                     help="override a config value (repeatable), e.g. run.seed=3")
+    run.add_argument("--max-evals", type=int, help="shorthand for --set run.max_evals=N")
+    for name, text in (("resume", "continue a stopped or crashed run"), ("status", "show a run's state"),
+                       ("best", "show the best program and its held-out metrics")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("run_dir", help="a run directory (holds archive.duckdb)")
+    for p in (run, sub.choices["resume"]):
+        p.add_argument("--ray-address", help="join this Ray cluster (default: RAY_ADDRESS, else start a local Ray)")
+        p.add_argument("--no-report", action="store_true", help="skip the held-out table at the end")
+    query = sub.add_parser("query", help="run read-only SQL on a run's archive (also while it is live)")
+    query.add_argument("run_dir")
+    query.add_argument("sql", help='e.g. "SELECT * FROM best_per_island"')
+    query.add_argument("--json", action="store_true", help="print rows as JSON lines")
+    base = sub.add_parser("baselines", help="score the domain's baselines on the held-out split")
+    base.add_argument("config")
+    base.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from controller import commands
+
+    try:
+        return getattr(commands, f"cmd_{args.command}")(args)
+    except (UserError, ConfigError) as exc:
+        print(f"atoll: {exc}", file=sys.stderr)
+        return 2

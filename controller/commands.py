@@ -1,0 +1,155 @@
+"""The CLI's commands; each returns an exit status."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from controller.cli import UserError
+from controller.config import AtollConfig, load_config, validate
+
+ARCHIVE = "archive.duckdb"
+console = Console()
+
+
+def _archive(run_dir: Path, read_only: bool = False):
+    from store.duckdb_archive import DuckDBArchive
+
+    if not (run_dir / ARCHIVE).is_file():
+        raise UserError(f"{run_dir} is not a run directory (no {ARCHIVE} in it)")
+    try:
+        return DuckDBArchive(run_dir / ARCHIVE, read_only=read_only)
+    except Exception as exc:  # duckdb's lock error names the holder's pid
+        if "lock" in str(exc).lower():
+            raise UserError(f"{run_dir} is in use by a live run: {str(exc).splitlines()[0]}") from None
+        raise
+
+
+def _run_dir_for(config: AtollConfig, given: str | None) -> Path:
+    run_dir = Path(given) if given else Path("runs") / f"{config.run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if (run_dir / ARCHIVE).exists():
+        raise UserError(f"{run_dir} already holds a run; continue it with: atoll resume {run_dir}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return run_dir
+
+
+def cmd_run(args) -> int:
+    from store.duckdb_archive import DuckDBArchive
+
+    overrides = list(args.set) + ([f"run.max_evals={args.max_evals}"] if args.max_evals else [])
+    config, text = load_config(args.config, overrides)
+    run_dir = _run_dir_for(config, args.run_dir)
+    with DuckDBArchive(run_dir / ARCHIVE) as archive:
+        run_id = run_dir.resolve().name + "-" + time.strftime("%H%M%S")
+        archive.create_run(run_id, config.model_dump(mode="json"), text)
+        console.print(f"[bold]atoll[/] run {run_id} in {run_dir} (resume with: atoll resume {run_dir})")
+        return _search(config, archive, run_id, run_dir, args)
+
+
+def cmd_resume(args) -> int:
+    run_dir = Path(args.run_dir)
+    with _archive(run_dir) as archive:
+        run_id = archive.latest_run_id()
+        run = archive.get_run(run_id) if run_id else None
+        if run is None:
+            raise UserError(f"{run_dir} holds no run to resume")
+        config = validate(run["config"])
+        done = archive.count_evaluations(run_id, "search")
+        console.print(f"[bold]atoll[/] resuming {run_id}: {done}/{config.run.max_evals} evaluations done")
+        return _search(config, archive, run_id, run_dir, args)
+
+
+def _search(config, archive, run_id, run_dir, args) -> int:
+    from controller.actors import connect
+    from controller.loop import Search
+    from controller.report import heldout_report
+
+    connect(args.ray_address)
+    archive.set_run_status(run_id, "running")
+    search = Search(config, archive, run_id, run_dir, hide=(str(run_dir.resolve()),))
+    status = search.run()
+    archive.set_run_status(run_id, status, ended=True)
+    if status == "seed-failed":
+        raise UserError(f"the seed program failed ({search.seed_error}); nothing to evolve from")
+    console.print(f"search {status}: {archive.count_evaluations(run_id, 'search')} evaluations")
+    if status != "interrupted" and not args.no_report:
+        heldout_report(search, console)
+    elif status == "interrupted":
+        console.print(f"stopped; everything finished is committed. Continue with: atoll resume {run_dir}")
+    return 130 if status == "interrupted" else 0
+
+
+def cmd_status(args) -> int:
+    from store.query import run_query
+
+    run_dir = Path(args.run_dir)
+    sql = ("SELECT r.run_id, r.status, r.started_at, r.ended_at, "
+           "(SELECT count(*) FROM evaluations e WHERE e.run_id = r.run_id AND split = 'search') AS evals, "
+           "(SELECT max(score) FROM evaluations e WHERE e.run_id = r.run_id AND split = 'search' "
+           "AND status = 'OK') AS best FROM runs r ORDER BY started_at")
+    cols, rows, note = _query(run_dir, sql)
+    _print_rows(cols, rows, note)
+    return 0
+
+
+def _query(run_dir: Path, sql: str):
+    from store.query import QueryError, run_query
+
+    try:
+        return run_query(run_dir, sql)
+    except QueryError as exc:
+        raise UserError(str(exc)) from None
+
+
+def _print_rows(cols, rows, note, as_json=False) -> None:
+    from rich.table import Table
+
+    if as_json:
+        for row in rows:
+            print(json.dumps(dict(zip(cols, row)), default=str))
+    else:
+        table = Table(*cols)
+        for row in rows:
+            table.add_row(*("" if v is None else str(v) for v in row))
+        console.print(table)
+    if note:
+        print(note, file=sys.stderr)
+
+
+def cmd_query(args) -> int:
+    cols, rows, note = _query(Path(args.run_dir), args.sql)
+    _print_rows(cols, rows, note, args.json)
+    return 0
+
+
+def cmd_best(args) -> int:
+    run_dir = Path(args.run_dir)
+    cols, rows, note = _query(run_dir, (
+        "SELECT p.program_id, p.code, s.score, h.score AS heldout_score, h.metrics AS heldout_metrics "
+        "FROM programs p JOIN evaluations s ON s.program_id = p.program_id AND s.split = 'search' "
+        "LEFT JOIN evaluations h ON h.program_id = p.program_id AND h.split = 'heldout' "
+        "WHERE s.status = 'OK' AND p.mutator NOT LIKE 'baseline:%' ORDER BY s.score DESC LIMIT 1"))
+    if not rows:
+        raise UserError(f"{run_dir} has no successfully evaluated program yet")
+    pid, code, score, heldout, metrics = rows[0]
+    console.print(f"[bold]best program[/] {pid}: search score {score:.5g}, held-out score "
+                  + ("not evaluated yet" if heldout is None else f"{heldout:.5g}"))
+    print(code)
+    if metrics:
+        print(json.dumps({k: v for k, v in json.loads(metrics).items() if not isinstance(v, list)}, indent=1))
+    if note:
+        print(note, file=sys.stderr)
+    return 0
+
+
+def cmd_baselines(args) -> int:
+    from controller.actors import connect
+    from controller.report import baseline_report
+
+    config, _ = load_config(args.config, args.set)
+    connect(None)
+    baseline_report(config, console)
+    return 0

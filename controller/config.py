@@ -1,0 +1,138 @@
+"""The run's one typed config tree, loaded from TOML and validated strictly.
+
+Each component owns the model of its own branch (islands, mutator, sandbox,
+domain); this module only assembles them. Any error becomes a `ConfigError`
+whose one-line message names the key and what is allowed.
+"""
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from evaluators.config import SandboxConfig
+from islands.config import IslandsConfig
+from workers.config import EmbeddedMutatorConfig
+
+
+class ConfigError(Exception):
+    """Bad user configuration: the message says which key and how to fix it."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RunConfig(_Strict):
+    """What the search is and how long it may run."""
+
+    name: str = Field("atoll", min_length=1, description="A label for the run, shown in status.")
+    seed: int = Field(0, ge=0, description="Seed of every random decision of the search.")
+    max_evals: int = Field(400, ge=1, description="Budget: search-split evaluations, failed ones included.")
+    max_wall_s: float = Field(480.0, gt=0, description="Budget: wall-clock seconds of searching (resumes add theirs).")
+
+
+class DomainConfig(_Strict):
+    """Which registered domain scores the programs, and its own options."""
+
+    name: str = Field(description="A registered domain, e.g. 'inventory'.")
+    options: dict = Field(default_factory=dict, description="Options validated by the domain's own config model.")
+
+
+class MutatorConfig(_Strict):
+    """Which mutation backend proposes children."""
+
+    kind: Literal["embedded"] = Field("embedded", description="Mutation backend; 'embedded' needs no model.")
+    workers: int = Field(1, ge=1, le=64, description="Mutation actors.")
+    embedded: EmbeddedMutatorConfig = Field(default_factory=EmbeddedMutatorConfig, description="Embedded mutator settings.")
+
+
+class EvaluatorConfig(_Strict):
+    """The pool of evaluator actors and the sandbox they run candidates in."""
+
+    actors: int = Field(0, ge=0, le=512, description="Evaluator actors; 0 means one per CPU of the cluster.")
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="Limits for each candidate's process.")
+
+
+class ControllerConfig(_Strict):
+    """Scheduling and persistence of the run loop."""
+
+    in_flight_per_actor: int = Field(2, ge=1, le=16, description="Evaluations queued per evaluator actor.")
+    commit_every_s: float = Field(1.0, gt=0, description="Longest time a finished result waits before it is committed.")
+    snapshot_every_s: float = Field(3.0, gt=0, description="How often the live read-only copy for `atoll query` is refreshed.")
+    heldout_on_new_best: bool = Field(True, description="Check every new best program on the held-out split (never shown to the mutator).")
+
+
+class AtollConfig(_Strict):
+    """The whole run."""
+
+    run: RunConfig = Field(default_factory=RunConfig, description="Budget and seed.")
+    domain: DomainConfig = Field(description="The domain being searched.")
+    islands: IslandsConfig = Field(default_factory=IslandsConfig, description="Island-model population.")
+    mutator: MutatorConfig = Field(default_factory=MutatorConfig, description="Mutation backend.")
+    evaluator: EvaluatorConfig = Field(default_factory=EvaluatorConfig, description="Evaluator pool and sandbox.")
+    controller: ControllerConfig = Field(default_factory=ControllerConfig, description="Run loop.")
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+    more = len(exc.errors()) - 1
+    return f"{key}: {msg}" + (f" (and {more} more)" if more else "")
+
+
+def parse_override(item: str) -> tuple[list[str], object]:
+    """`section.key=value` with value in TOML syntax (bare words are strings)."""
+    if "=" not in item:
+        raise ConfigError(f"--set {item!r}: expected section.key=value")
+    key, raw = item.split("=", 1)
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return key.strip().split("."), value
+
+
+def apply_overrides(tree: dict, overrides: list[str]) -> dict:
+    for item in overrides:
+        path, value = parse_override(item)
+        node = tree
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {item!r}: {part} is not a section")
+        node[path[-1]] = value
+    return tree
+
+
+def validate(tree: dict) -> AtollConfig:
+    """Validate a config tree, including the domain's own options."""
+    from evaluators.registry import domain_names, get_domain_class
+
+    try:
+        config = AtollConfig.model_validate(tree)
+    except ValidationError as exc:
+        raise ConfigError(_first_error(exc)) from None
+    if config.domain.name not in domain_names():
+        raise ConfigError(f"domain.name: unknown domain {config.domain.name!r}; known: {', '.join(domain_names())}")
+    try:
+        get_domain_class(config.domain.name).config_model.model_validate(config.domain.options)
+    except ValidationError as exc:
+        raise ConfigError("domain.options." + _first_error(exc)) from None
+    return config
+
+
+def load_config(path: str | Path, overrides: list[str] = ()) -> tuple[AtollConfig, str]:
+    """Load, override and validate; returns the config and the resolved TOML-ish text."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        tree = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    config = validate(apply_overrides(tree, list(overrides)))
+    return config, path.read_text()

@@ -1,0 +1,59 @@
+"""Live progress of a search on the terminal (rich), or periodic lines in a log."""
+from __future__ import annotations
+
+import sys
+import time
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+
+class Progress:
+    """Shows evaluations/s, best score per island, failure rate, elapsed and budget left."""
+
+    def __init__(self, search, max_evals: int, max_wall_s: float, console: Console | None = None):
+        self.search, self.max_evals, self.max_wall_s = search, max_evals, max_wall_s
+        self.console = console or Console(stderr=True)
+        self.live = Live(console=self.console, refresh_per_second=2) if self.console.is_terminal else None
+        self._first = search.done
+        self._last_line = 0.0
+
+    def __enter__(self):
+        if self.live:
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.live:
+            self.live.__exit__(*exc)
+
+    def figures(self, elapsed: float) -> dict:
+        s = self.search
+        finished = s.done + len(s.results) - self._first
+        bests = s.islands.island_bests()
+        return {"evals": s.done + len(s.results), "rate": finished / max(elapsed, 1e-9),
+                "failure_rate": s.failures / max(finished, 1), "best": s.best_score,
+                "bests": bests, "elapsed": elapsed,
+                "left_s": max(0.0, self.max_wall_s - elapsed), "in_flight": s.in_flight()}
+
+    def update(self, elapsed: float) -> None:
+        f = self.figures(elapsed)
+        if self.live:
+            self.live.update(self._table(f))
+        elif time.monotonic() - self._last_line >= 10:
+            self._last_line = time.monotonic()
+            best = "-" if f["best"] is None else f"{f['best']:.4f}"
+            print(f"[atoll] {f['evals']}/{self.max_evals} evals  {f['rate']:.2f}/s  best {best}  "
+                  f"failures {f['failure_rate']:.0%}  elapsed {f['elapsed']:.0f}s  left {f['left_s']:.0f}s",
+                  file=sys.stderr, flush=True)
+
+    def _table(self, f: dict) -> Table:
+        table = Table(title=f"atoll: {f['evals']}/{self.max_evals} evaluations", show_header=False)
+        table.add_row("evaluations/s", f"{f['rate']:.2f}")
+        table.add_row("failure rate", f"{f['failure_rate']:.0%}")
+        table.add_row("in flight", str(f["in_flight"]))
+        table.add_row("elapsed / left", f"{f['elapsed']:.0f} s / {f['left_s']:.0f} s")
+        for i, b in enumerate(f["bests"]):
+            table.add_row(f"island {i} best", "-" if b is None else f"{b:.4f}")
+        return table

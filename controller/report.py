@@ -1,0 +1,83 @@
+"""The held-out table: the evolved best against every baseline, on data the search never saw."""
+from __future__ import annotations
+
+import time
+
+import ray
+from rich.table import Table
+
+from controller.actors import EvaluatorActor
+from store.records import Candidate, Status
+
+
+def _evaluate_all(actors, programs: dict[str, tuple[str, str]]) -> dict:
+    """programs: label -> (program_id, code); returns label -> EvalResult (held-out)."""
+    refs = {label: actors[i % len(actors)].evaluate.remote(pid, code, "heldout")
+            for i, (label, (pid, code)) in enumerate(programs.items())}
+    return {label: ray.get(ref) for label, ref in refs.items()}
+
+
+def _print_table(console, title: str, columns, rows, notes) -> None:
+    table = Table(*columns, title=title)
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    for note in notes:
+        console.print(note)
+
+
+def heldout_report(search, console) -> dict:
+    """Score the best program and the baselines on the held-out split, store and print them."""
+    archive, run_id, domain = search.archive, search.run_id, search.domain
+    best = archive.best_program(run_id, "search")
+    stored = archive.evaluation(best["program_id"], "heldout") if best else None
+    programs = {f"baseline: {name}": (f"baseline-{name}-{run_id}", code) for name, code in domain.baselines().items()}
+    if best and stored is None:
+        programs["evolved best"] = (best["program_id"], best["code"])
+    with console.status("scoring the evolved best and the baselines on the held-out split"):
+        results = _evaluate_all(search.evaluators, programs)
+    _store(archive, run_id, programs, results)
+    if best and stored is not None:
+        results["evolved best"] = _as_result(stored)
+    columns, rows, notes = domain.heldout_table(results, domain.reference("heldout"))
+    _print_table(console, f"held-out split ({domain.name})", columns, rows, notes)
+    return results
+
+
+def _store(archive, run_id, programs, results) -> None:
+    pairs, evaluations = [], []
+    for label, (pid, code) in programs.items():
+        if label.startswith("baseline: "):
+            name = label.removeprefix("baseline: ")
+            pairs.append((Candidate(pid, run_id, -1, 0, (), code, f"baseline:{name}", time.time()), results[label]))
+        else:
+            evaluations.append(results[label])
+    pairs = [(c, r) for c, r in pairs if archive.evaluation(c.program_id, "heldout") is None]
+    if pairs:
+        archive.record(pairs)
+    if evaluations:
+        archive.record_evaluations(evaluations, run_id)
+
+
+def _as_result(row: dict):
+    from store.records import EvalResult
+
+    return EvalResult(row["program_id"], "heldout", Status(row["status"]), score=row["score"],
+                      metrics=row.get("metrics") or {}, instance_scores=tuple(row.get("instance_scores") or ()),
+                      error=row.get("error"))
+
+
+def baseline_report(config, console) -> dict:
+    """Baselines alone on the held-out split: no search, no archive."""
+    from evaluators.registry import get_domain
+
+    domain = get_domain(config.domain.name, **config.domain.options)
+    n = config.evaluator.actors or max(1, int(ray.cluster_resources().get("CPU", 1)))
+    actors = [EvaluatorActor.remote(config.domain.name, config.domain.options, config.evaluator.sandbox)
+              for _ in range(n)]
+    programs = {f"baseline: {name}": (f"baseline-{name}", code) for name, code in domain.baselines().items()}
+    with console.status("scoring the baselines on the held-out split"):
+        results = _evaluate_all(actors, programs)
+    columns, rows, notes = domain.heldout_table(results, domain.reference("heldout"))
+    _print_table(console, f"baselines, held-out split ({domain.name})", columns, rows, notes)
+    return results

@@ -1,0 +1,170 @@
+"""The sandboxed side of the policy channel: run as `python -I _child.py SPEC`.
+
+Everything up to `serve()` is trusted set-up that runs before any candidate
+code is read: cut the network, hide the project and run files behind private
+tmpfs mounts, set resource limits and drop to an unprivileged uid. Only then is
+the candidate's code executed, in a fresh module, and its policy answers
+batched requests. The process holds no scoring code and no data but what each
+request carries, so whatever the candidate patches here only changes its own
+answers. This file must import nothing from Atoll except the wire module.
+"""
+import ctypes
+import json
+import os
+import resource
+import sys
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import wire  # noqa: E402  (the sandbox's only Atoll import)
+
+sys.path.pop(0)
+for _name in ("math", "random", "itertools", "functools", "collections", "statistics",
+              "heapq", "bisect", "operator", "typing", "dataclasses", "numpy"):
+    __import__(_name)
+
+CLONE_NEWNS, CLONE_NEWNET = 0x00020000, 0x40000000
+MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _mount(source, target, fstype, flags, data=None):
+    if _libc.mount(source, target.encode(), fstype, flags, data) != 0:
+        raise OSError(ctypes.get_errno(), f"mount {target}")
+
+
+def _tmpfs(target, size_mb, mode="755"):
+    _mount(b"tmpfs", target, b"tmpfs", 0, f"size={size_mb}m,mode={mode}".encode())
+
+
+def _bind(source, target, readonly=True):
+    _mount(source.encode(), target, None, MS_BIND | MS_REC)
+    if readonly:
+        _mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
+
+
+def _under(path, top):
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def hide_paths(hide, keep, scratch_mb):
+    """Give the process private, empty views of `hide`, keeping `keep` readable."""
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    for world_writable in ("/tmp", "/var/tmp", "/dev/shm"):
+        if os.path.isdir(world_writable):
+            _tmpfs(world_writable, scratch_mb, "1777")
+    os.makedirs("/tmp/.keep", exist_ok=True)
+    for top in hide:
+        if not os.path.isdir(top):
+            continue
+        inside = [k for k in keep if _under(k, top) and os.path.isdir(k)]
+        stash = []
+        for i, k in enumerate(inside):
+            spot = f"/tmp/.keep/{len(os.listdir('/tmp/.keep'))}"
+            os.makedirs(spot)
+            _bind(k, spot, readonly=False)
+            stash.append((spot, k))
+        _tmpfs(top, 1)
+        for spot, k in stash:
+            os.makedirs(k, exist_ok=True)
+            _bind(spot, k)
+
+
+def isolate(spec):
+    """Trusted set-up; returns the list of protections that are in force."""
+    held = []
+    if os.geteuid() == 0 and _libc.unshare(CLONE_NEWNS | CLONE_NEWNET) == 0:
+        held.append("no-network")
+        hide_paths(spec["hide"], spec["keep"], spec["scratch_mb"])
+        held.append("private-filesystem")
+    os.chdir("/tmp")
+    limits = spec["limits"]
+    for name, value in (("RLIMIT_AS", limits["memory_mb"] << 20), ("RLIMIT_CPU", limits["cpu_s"]),
+                        ("RLIMIT_FSIZE", limits["file_mb"] << 20), ("RLIMIT_CORE", 0),
+                        ("RLIMIT_NPROC", limits["processes"])):
+        resource.setrlimit(getattr(resource, name), (value, value))
+    held.append("rlimits")
+    if os.geteuid() == 0:
+        os.setgroups([])
+        os.setgid(spec["uid"])
+        os.setuid(spec["uid"])
+        held.append("unprivileged-uid")
+    return held
+
+
+class Channel:
+    def __init__(self, rfd, wfd):
+        self.rfd, self.wfd = rfd, wfd
+
+    def _read(self, n):
+        chunks = []
+        while n:
+            chunk = os.read(self.rfd, n)
+            if not chunk:
+                os._exit(0)
+            chunks.append(chunk)
+            n -= len(chunk)
+        return b"".join(chunks)
+
+    def recv(self):
+        return wire.unpack(self._read(wire.frame_length(self._read(4))))
+
+    def send(self, obj):
+        data = wire.pack(obj)
+        while data:
+            data = data[os.write(self.wfd, data):]
+
+
+def _error(exc):
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return {"error": text[-2000:]}
+
+
+def load(code, entry):
+    module = {"__name__": "candidate", "__builtins__": __builtins__}
+    exec(compile(code, "<candidate>", "exec"), module)
+    fn = module.get(entry)
+    if not callable(fn):
+        raise TypeError(f"the program defines no function named {entry!r}")
+    return fn
+
+
+def answer(fn, batches):
+    import numpy as np
+
+    actions = []
+    for state, params in batches:
+        out = np.asarray(fn(state, params))
+        if out.dtype.kind not in "fiub":
+            raise TypeError(f"policy returned {out.dtype} values, not numbers")
+        actions.append(out)
+    return {"actions": actions}
+
+
+def serve(channel, held):
+    request = channel.recv()
+    try:
+        fn = load(request["code"], request["entry"])
+        channel.send({"ready": held})
+    except BaseException as exc:  # noqa: BLE001  the candidate's failure is data
+        channel.send(_error(exc))
+        return
+    while True:
+        batches = channel.recv()["batches"]
+        try:
+            reply = answer(fn, batches)
+        except BaseException as exc:  # noqa: BLE001
+            reply = _error(exc)
+        channel.send(reply)
+
+
+def main():
+    spec = json.loads(sys.argv[1])
+    channel = Channel(spec["rfd"], spec["wfd"])
+    held = isolate(spec)
+    serve(channel, held)
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,16 @@
+"""Limits for the sandbox that runs candidate programs."""
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SandboxConfig(BaseModel):
+    """Resource limits for one candidate's process (one evaluation)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    wall_s: float = Field(120.0, gt=0, description="Wall-clock limit for one whole evaluation; the process group is killed past it.")
+    startup_s: float = Field(20.0, gt=0, description="Time allowed to start the process and load the program.")
+    cpu_s: int = Field(300, gt=0, description="CPU-time limit (RLIMIT_CPU) of the candidate process.")
+    memory_mb: int = Field(2048, ge=256, description="Address-space limit (RLIMIT_AS) in MiB.")
+    file_mb: int = Field(8, ge=1, description="Largest file the candidate may write (RLIMIT_FSIZE), its output included, in MiB.")
+    scratch_mb: int = Field(32, ge=1, description="Size of the private scratch tmpfs in MiB.")
+    processes: int = Field(16, ge=1, description="Process-count limit (RLIMIT_NPROC) for the sandbox's own uid.")

@@ -1,0 +1,49 @@
+"""The evaluator: trusted scoring of one program on one split.
+
+A plain class (tested without Ray); `controller.actors` wraps it as a Ray actor.
+It parses the program's text (never runs it), starts the candidate's sandboxed
+process, hands the domain a `PolicyFn` that talks to that process, and turns
+every misbehaviour into an `EvalResult` with a status and a reason.
+"""
+from __future__ import annotations
+
+import time
+
+from evaluators._base import CandidateError
+from evaluators.config import SandboxConfig
+from evaluators.params import ProgramFormatError, entry_point_ok, read_params
+from evaluators.registry import get_domain
+from evaluators.sandbox import PolicyProcess
+from store.records import EvalResult, Status
+
+
+class Evaluator:
+    """Scores programs for one domain; one instance per evaluator actor."""
+
+    def __init__(self, domain_name: str, domain_options: dict, sandbox: SandboxConfig,
+                 hide: tuple[str, ...] = ()):
+        self.domain = get_domain(domain_name, **domain_options)
+        self.sandbox = sandbox
+        self.hide = hide
+
+    def evaluate(self, program_id: str, code: str, split: str) -> EvalResult:
+        start = time.monotonic()
+        try:
+            outcome = self._score(code, split)
+        except CandidateError as exc:
+            return EvalResult(program_id, split, exc.status, error=exc.reason,
+                              duration_s=time.monotonic() - start)
+        return EvalResult(program_id, split, Status.OK, score=outcome.score,
+                          metrics=outcome.metrics, instance_scores=tuple(outcome.instance_scores),
+                          descriptors=tuple(outcome.descriptors), tuned_params=dict(outcome.tuned_params),
+                          duration_s=time.monotonic() - start)
+
+    def _score(self, code: str, split: str):
+        try:
+            params = read_params(code)
+        except (ProgramFormatError, SyntaxError) as exc:
+            raise CandidateError(Status.INVALID, f"bad program: {exc}") from None
+        if not entry_point_ok(code, self.domain.entry_point):
+            raise CandidateError(Status.INVALID, f"the program defines no function {self.domain.entry_point}()")
+        with PolicyProcess(code, self.domain.entry_point, self.sandbox, self.hide) as policy:
+            return self.domain.evaluate(policy, params, split)

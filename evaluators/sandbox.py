@@ -1,0 +1,207 @@
+"""Trusted side of the sandbox: start a candidate's process and talk to it.
+
+`PolicyProcess` is the only way candidate code runs. It starts a fresh Python
+(`-I`: no environment variables read, no user site) with a clean environment,
+in its own session, and talks to it over two private pipes with length-prefixed
+msgpack frames (see `wire`). The candidate never sees scoring code or data; it
+answers batches of states with actions. Every way it can misbehave (crash,
+hang, exit, garbage) becomes a `CandidateError` with a readable reason.
+"""
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import json
+from pathlib import Path
+
+from evaluators import wire
+from evaluators._base import CandidateError
+from evaluators.config import SandboxConfig
+from store.records import Status
+
+_CHILD = Path(__file__).with_name("_child.py")
+_PACKAGES = ("controller", "workers", "islands", "evaluators", "store")
+_PASS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "LANG")
+SANDBOX_UID_BASE = 61000
+
+
+def sandbox_uid() -> int:
+    """A uid of this evaluator's own, so limits and clean-up touch only its processes."""
+    return SANDBOX_UID_BASE + os.getpid() % 2000
+
+
+def hidden_paths(extra: tuple[str, ...] = ()) -> list[str]:
+    """Paths the candidate must not read: the project, run files, home, Atoll's packages."""
+    import importlib
+
+    root = str(Path(__file__).resolve().parents[1])
+    pkgs = [str(Path(importlib.import_module(p).__file__).resolve().parent) for p in _PACKAGES]
+    return [root, os.path.expanduser("~"), *extra, *pkgs]
+
+
+def kept_paths() -> list[str]:
+    """The interpreter and its libraries, which the candidate needs to run."""
+    import numpy
+
+    spots = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(numpy.__file__).parents[1])}
+    return sorted(s for s in spots if s)
+
+
+def _clean_env() -> dict[str, str]:
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "PYTHONHASHSEED": "0",
+           "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    env.update({k: os.environ[k] for k in _PASS_ENV if k in os.environ})
+    return env
+
+
+def _describe_exit(code: int, limits: SandboxConfig) -> tuple[Status, str]:
+    if code >= 0:
+        return Status.FAILED, f"the program exited with code {code} before answering"
+    sig = -code
+    if sig == signal.SIGXCPU:
+        return Status.TIMEOUT, f"CPU-time limit of {limits.cpu_s} s exceeded"
+    if sig == signal.SIGXFSZ:
+        return Status.FAILED, f"file-size limit of {limits.file_mb} MiB exceeded"
+    return Status.FAILED, f"the program was killed by signal {signal.Signals(sig).name}"
+
+
+class PolicyProcess:
+    """One candidate program in its own sandboxed process, for one evaluation."""
+
+    def __init__(self, code: str, entry_point: str, limits: SandboxConfig,
+                 hide: tuple[str, ...] = ()):
+        self.code, self.entry_point, self.limits = code, entry_point, limits
+        self.hide = hide
+        self.protections: list[str] = []
+        self.calls = 0
+        self._proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> "PolicyProcess":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def start(self) -> None:
+        to_child_r, self._to_child = os.pipe()
+        self._from_child, from_child_w = os.pipe()
+        self._log = tempfile.TemporaryFile()
+        spec = {"rfd": to_child_r, "wfd": from_child_w, "uid": sandbox_uid(),
+                "hide": hidden_paths(self.hide), "keep": kept_paths(),
+                "scratch_mb": self.limits.scratch_mb,
+                "limits": self.limits.model_dump(include={"memory_mb", "cpu_s", "file_mb", "processes"})}
+        self._proc = subprocess.Popen(
+            [sys.executable, "-I", str(_CHILD), json.dumps(spec)], stdin=subprocess.DEVNULL,
+            stdout=self._log, stderr=self._log, env=_clean_env(), cwd="/",
+            pass_fds=(to_child_r, from_child_w), start_new_session=True, close_fds=True)
+        os.close(to_child_r)
+        os.close(from_child_w)
+        self._deadline = time.monotonic() + self.limits.wall_s
+        reply = self._exchange({"code": self.code, "entry": self.entry_point},
+                               time.monotonic() + self.limits.startup_s)
+        if "ready" not in reply:
+            raise CandidateError(Status.FAILED, "the program failed to load:\n" + reply.get("error", "?"))
+        self.protections = list(reply["ready"])
+
+    def __call__(self, batches: list) -> list:
+        """Send a list of (state, params) batches; return the policy's action arrays."""
+        self.calls += 1
+        reply = self._exchange({"batches": batches}, self._deadline)
+        if "error" in reply:
+            raise CandidateError(Status.FAILED, "the policy raised:\n" + str(reply["error"]))
+        actions = reply.get("actions")
+        if not isinstance(actions, list) or len(actions) != len(batches):
+            raise CandidateError(Status.INVALID, "the policy's reply is not one action array per batch")
+        return actions
+
+    def _exchange(self, message, deadline: float) -> dict:
+        try:
+            self._write(wire.pack(message), deadline)
+            header = self._read(4, deadline)
+            reply = wire.unpack(self._read(wire.frame_length(header), deadline))
+        except wire.WireError as exc:
+            self.close()
+            raise CandidateError(Status.INVALID, f"malformed reply from the program: {exc}") from None
+        if not isinstance(reply, dict):
+            raise CandidateError(Status.INVALID, "the program's reply is not a message")
+        return reply
+
+    def _write(self, data: bytes, deadline: float) -> None:
+        while data:
+            self._wait(self._to_child, deadline, write=True)
+            try:
+                data = data[os.write(self._to_child, data):]
+            except BrokenPipeError:
+                self._died()
+
+    def _read(self, n: int, deadline: float) -> bytes:
+        chunks = []
+        while n:
+            self._wait(self._from_child, deadline)
+            chunk = os.read(self._from_child, min(n, 1 << 20))
+            if not chunk:
+                self._died()
+            chunks.append(chunk)
+            n -= len(chunk)
+        return b"".join(chunks)
+
+    def _wait(self, fd: int, deadline: float, write: bool = False) -> None:
+        left = deadline - time.monotonic()
+        ready = select.select([], [fd], [], max(left, 0))[1] if write else \
+            select.select([fd], [], [], max(left, 0))[0]
+        if not ready:
+            self.close()
+            raise CandidateError(Status.TIMEOUT, f"wall-clock limit of {self.limits.wall_s:g} s exceeded")
+
+    def _died(self):
+        code = self._proc.wait(timeout=5)
+        status, reason = _describe_exit(code, self.limits)
+        tail = self.output_tail()
+        self.close()
+        raise CandidateError(status, reason + (f"\noutput:\n{tail}" if tail else ""))
+
+    def output_tail(self, limit: int = 1500) -> str:
+        self._log.flush()
+        size = self._log.seek(0, os.SEEK_END)
+        self._log.seek(max(0, size - limit))
+        return self._log.read().decode(errors="replace").strip()
+
+    def close(self) -> None:
+        """Kill the process group and every process left under the sandbox uid."""
+        if self._proc is None:
+            return
+        proc, self._proc = self._proc, None
+        for fd in (self._to_child, self._from_child):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait()
+        kill_uid(sandbox_uid())
+        self._log.close()
+
+
+def kill_uid(uid: int) -> int:
+    """SIGKILL every process owned by `uid` (stragglers that left the group)."""
+    if os.geteuid() != 0:
+        return 0
+    killed = 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if entry.stat().st_uid == uid:
+                    os.kill(int(entry.name), signal.SIGKILL)
+                    killed += 1
+            except (FileNotFoundError, ProcessLookupError, PermissionError):
+                pass
+    return killed

@@ -1,0 +1,38 @@
+"""One real Ray for the whole test session, on 2 CPUs, stopped at the end.
+
+Run the suite inside a network namespace (see README) so Ray's traffic stays on
+loopback; only the instance started here is shut down.
+"""
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture()
+def atoll_cli(tmp_path):
+    """Run the real entry point as a subprocess: returns a function(args, **popen_kw)."""
+    import subprocess
+
+    def run(*args, timeout=300, check=True):
+        env = dict(os.environ, PYTHONPATH=str(ROOT), ATOLL_CACHE_DIR=str(tmp_path / "cache"))
+        proc = subprocess.run([sys.executable, "-m", "controller", *args], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"atoll {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+        return proc
+    return run

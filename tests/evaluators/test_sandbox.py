@@ -1,0 +1,82 @@
+"""Hostile programs against the real sandbox: each is contained with a readable status."""
+import os
+
+import numpy as np
+import pytest
+
+from evaluators._base import CandidateError
+from evaluators.config import SandboxConfig
+from evaluators.sandbox import PolicyProcess, sandbox_uid
+from store.records import Status
+
+LIMITS = SandboxConfig(wall_s=4, memory_mb=1024, startup_s=10)
+BATCH = [({"x": np.arange(3.0)}, {"k": np.ones(3)})]
+
+HOSTILE = {
+    "infinite loop": ("def policy(s, p):\n    while True:\n        pass", Status.TIMEOUT, "wall-clock"),
+    "memory bomb": ("def policy(s, p):\n    x = bytearray(10**10)\n    return s['x']", Status.FAILED, "MemoryError"),
+    "fork bomb": ("import os\ndef policy(s, p):\n    while True:\n        os.fork()", Status.FAILED, "Resource temporarily unavailable"),
+    "disk fill": ("def policy(s, p):\n    f = open('big', 'wb')\n    while True:\n        f.write(b'x' * 10**6)", Status.FAILED, "File too large"),
+    "network connect": ("import socket\ndef policy(s, p):\n    socket.create_connection(('127.0.0.1', 22), timeout=2)", Status.FAILED, "Network is unreachable"),
+    "write outside scratch": ("def policy(s, p):\n    open('/etc/atoll-was-here', 'w').write('x')", Status.FAILED, "Permission denied"),
+    "huge output": ("import sys\ndef policy(s, p):\n    while True:\n        sys.stdout.write('x' * 100000)", Status.FAILED, "File too large"),
+    "os._exit": ("import os\ndef policy(s, p):\n    os._exit(3)", Status.FAILED, "exited with code 3"),
+    "deep recursion": ("def f(n):\n    return f(n + 1)\ndef policy(s, p):\n    return f(0)", Status.FAILED, "RecursionError"),
+    "raises at import": ("raise ValueError('boom')\ndef policy(s, p):\n    return 0", Status.FAILED, "boom"),
+    "no entry point": ("def act(s, p):\n    return 0", Status.FAILED, "no function named 'policy'"),
+    "returns strings": ("def policy(s, p):\n    return ['a', 'b', 'c']", Status.FAILED, "not numbers"),
+    "forged frame": ("import os, struct\ndef policy(s, p):\n    for fd in range(3, 64):\n        try:\n            os.write(fd, struct.pack('>I', 5) + b'\\xc1' * 5)\n        except OSError:\n            pass\n    import time\n    time.sleep(30)",
+                     Status.INVALID, "malformed"),
+}
+
+
+def run(code, limits=LIMITS, batch=BATCH):
+    with PolicyProcess(code, "policy", limits) as proc:
+        return proc(batch)
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_program_is_contained(name):
+    code, status, reason = HOSTILE[name]
+    with pytest.raises(CandidateError) as caught:
+        run(code)
+    assert caught.value.status == status, caught.value.reason
+    assert reason in caught.value.reason
+    assert not os.path.exists("/etc/atoll-was-here")
+
+
+def test_honest_program_answers_and_leaves_no_process():
+    assert np.array_equal(run("def policy(s, p):\n    return s['x'] * p['k'] * 2")[0], [0.0, 2.0, 4.0])
+    stragglers = [e for e in os.scandir("/proc") if e.name.isdigit() and _uid(e) == sandbox_uid()]
+    assert stragglers == []
+
+
+def _uid(entry):
+    try:
+        return entry.stat().st_uid
+    except FileNotFoundError:
+        return None
+
+
+def test_environment_and_project_files_are_invisible(monkeypatch):
+    monkeypatch.setenv("ATOLL_SECRET_TOKEN", "hunter2")
+    code = ("import os\ndef policy(s, p):\n"
+            "    seen = str(dict(os.environ)) + str(os.listdir(%r)) + str(os.listdir(os.path.expanduser('~root')))\n"
+            "    raise RuntimeError(seen)") % os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with pytest.raises(CandidateError) as caught:
+        run(code)
+    assert "hunter2" not in caught.value.reason
+    assert "test_sandbox.py" not in caught.value.reason and "evaluators" not in caught.value.reason.split("RuntimeError")[-1]
+
+
+def test_scratch_does_not_outlive_an_evaluation():
+    write = "def policy(s, p):\n    open('note', 'w').write('left behind')\n    return s['x']"
+    read = "import os\ndef policy(s, p):\n    return s['x'] + float(os.path.exists('note') or os.path.exists('/tmp/note'))"
+    run(write)
+    assert np.array_equal(run(read)[0], [0.0, 1.0, 2.0])
+
+
+def test_sandbox_survives_and_keeps_working_after_a_crash():
+    with pytest.raises(CandidateError):
+        run("import os\ndef policy(s, p):\n    os._exit(1)")
+    assert np.array_equal(run("def policy(s, p):\n    return s['x']")[0], [0.0, 1.0, 2.0])
