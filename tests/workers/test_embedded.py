@@ -1,0 +1,116 @@
+"""The embedded mutator: seeded, weighted, and its children still run."""
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from store.records import MutationRequest
+from workers._base import MutationFailed, Mutator
+from workers.ast_ops import OPERATORS, Motif
+from workers.config import EmbeddedMutatorConfig
+from workers.embedded import EmbeddedMutator
+
+PROGRAM = '''import numpy as np
+
+PARAMS = {"S": (12.0, 0.0, 60.0)}
+
+def policy(state, params):
+    position = state["on_hand"] + state["pipeline"].sum(axis=1)
+    return np.maximum(params["S"] - position, 0.0)
+'''
+DONOR = PROGRAM.replace('params["S"] - position', '0.5 * params["S"] - position')
+CAP = Motif("cap", 'np.minimum({expr}, params["{p0}"])', (("cap", 20.0, 0.0, 80.0),))
+
+
+def _mutator(**config):
+    return EmbeddedMutator(EmbeddedMutatorConfig(**config), "policy", [CAP])
+
+
+def _request(seed=0, weights=(), code=PROGRAM):
+    return MutationRequest("run", 0, 1, "p0", code, inspirations=(("d", DONOR),),
+                           operator_weights=tuple(weights), seed=seed)
+
+
+def _only(name):
+    return [(op, 1.0 if op == name else 0.0) for op in OPERATORS]
+
+
+def test_is_a_mutator_and_names_the_operator():
+    proposal = _mutator().propose(_request())
+    assert isinstance(_mutator(), Mutator)
+    assert proposal.operator.removeprefix("embedded:") in OPERATORS
+    assert proposal.code != PROGRAM
+
+
+def test_same_request_same_child_different_seeds_vary():
+    mutator = _mutator()
+    assert mutator.propose(_request(7)) == mutator.propose(_request(7))
+    children = {mutator.propose(_request(seed)).code for seed in range(8)}
+    assert len(children) >= 5
+
+
+def test_weights_bias_and_zero_disables():
+    mutator = _mutator()
+    ops = [mutator.propose(_request(s, _only("insert_motif"))).operator for s in range(10)]
+    assert set(ops) == {"embedded:insert_motif"}
+    biased = [(name, 50.0 if name == "swap_operator" else 1.0) for name in OPERATORS]
+    counts = [mutator.propose(_request(s, biased)).operator for s in range(40)]
+    assert counts.count("embedded:swap_operator") > 20
+    no_swap = [("embedded:swap_operator", 0.0)]
+    assert all(mutator.propose(_request(s, no_swap)).operator != "embedded:swap_operator"
+               for s in range(40))
+
+
+def test_crossover_uses_the_inspiration():
+    child = _mutator().propose(_request(0, _only("crossover"))).code
+    assert "0.5 * params" in child
+
+
+def test_fails_when_nothing_applies():
+    with pytest.raises(MutationFailed):
+        _mutator().propose(_request(0, _only("remove_branch")))
+    with pytest.raises(MutationFailed):
+        _mutator().propose(_request(0, [(op, 0.0) for op in OPERATORS]))
+    with pytest.raises(MutationFailed):
+        _mutator().propose(_request(0, code="def other(:\n"))
+
+
+def test_disabled_operator_in_config_is_never_used():
+    mutator = _mutator(operators=["perturb_const"])
+    assert {mutator.propose(_request(s)).operator for s in range(10)} == {"embedded:perturb_const"}
+
+
+def test_config_is_strict():
+    with pytest.raises(ValidationError, match="unknown operators"):
+        EmbeddedMutatorConfig(operators=["teleport"])
+    with pytest.raises(ValidationError):
+        EmbeddedMutatorConfig(max_attemps=3)
+    with pytest.raises(ValidationError):
+        EmbeddedMutatorConfig(const_scale=-1.0)
+
+
+def test_bad_motif_is_rejected_at_construction():
+    with pytest.raises(ValueError, match="broken"):
+        EmbeddedMutator(EmbeddedMutatorConfig(), "policy", [Motif("broken", "np.minimum({expr}, {p3})")])
+
+
+def _run_trusted(code, batch=16):
+    """Execute a child IN THE TEST ONLY (tests are trusted code; the mutator never runs it)."""
+    namespace = {}
+    exec(compile(code, "<child>", "exec"), namespace)  # noqa: S102
+    rng = np.random.default_rng(0)
+    state = {"on_hand": rng.uniform(0, 20, batch), "pipeline": rng.uniform(0, 5, (batch, 3))}
+    specs = namespace.get("PARAMS", {})
+    params = {name: np.full(batch, float(spec[0])) for name, spec in specs.items()}
+    return np.asarray(namespace["policy"](state, params))
+
+
+def test_children_still_return_actions_of_the_right_shape():
+    mutator, good = _mutator(), 0
+    for seed in range(50):
+        child = mutator.propose(_request(seed)).code
+        try:
+            out = _run_trusted(child)
+            good += out.shape == (16,) and out.dtype.kind in "fiu"
+        except Exception:  # noqa: BLE001  a broken child is what this counts
+            pass
+    assert good >= 45

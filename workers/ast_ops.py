@@ -1,0 +1,327 @@
+"""The embedded mutator's operators: small, seeded edits of a program's syntax tree.
+
+Each operator takes the parent's code and an `OpContext` and returns the child's
+code, or None when it does not apply to this program (the mutator then retries).
+Operators only rewrite text and trees; none of them runs the program. Validity
+(parses, keeps the entry point, differs from the parent) is checked by the caller.
+"""
+from __future__ import annotations
+
+import ast
+import copy
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from evaluators.params import ParamSpec, add_param, read_params, unique_param_name, write_param_specs
+from workers import _ast_util as u
+
+
+@dataclass(frozen=True)
+class Motif:
+    """A domain idiom: `template` wraps `{expr}` (the return expression) using fresh
+    parameters `{p0}`, `{p1}`... declared by `params` as (name, default, low, high)."""
+
+    name: str
+    template: str
+    params: tuple[tuple[str, float, float, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class OpContext:
+    """Everything an operator may use besides the parent's code."""
+
+    entry_point: str
+    rng: np.random.Generator
+    const_scale: float = 0.3
+    inspirations: tuple[str, ...] = ()
+    motifs: tuple[Motif, ...] = ()
+
+
+def _pick(ctx: OpContext, items: list):
+    return items[int(ctx.rng.integers(len(items)))] if items else None
+
+
+def _with_params(code: str, new: list[tuple[str, float, float, float]]) -> str:
+    for name, default, low, high in new:
+        code = add_param(code, name, default, low, high)
+    return code
+
+
+def perturb_const(code: str, ctx: OpContext) -> str | None:
+    """Nudge one numeric literal of the function body, or one PARAMS default or range."""
+    loaded = u.parse_function(code, ctx.entry_point)
+    if loaded is None:
+        return None
+    tree, fn = loaded
+    sites = _const_sites(fn)
+    specs = read_params(code)
+    choice = int(ctx.rng.integers(len(sites) + 2 * len(specs))) if sites or specs else None
+    if choice is None:
+        return None
+    if choice < len(sites):
+        node = sites[choice]
+        node.value = u.round6(_nudge(float(node.value), ctx))
+        return ast.unparse(tree)
+    spec = list(specs.values())[(choice - len(sites)) // 2]
+    changer = _nudge_default if (choice - len(sites)) % 2 == 0 else _rescale_range
+    specs[spec.name] = changer(spec, ctx)
+    return write_param_specs(code, specs)
+
+
+def _const_sites(fn: ast.FunctionDef) -> list[ast.Constant]:
+    """Literals safe to change: not indices, not keyword values, not integer call args."""
+    parent = u.parents(fn)
+    sites = []
+    for node in u.body_nodes(fn):
+        if not u.is_number(node):
+            continue
+        above = parent.get(id(node))
+        if isinstance(above, ast.UnaryOp):
+            above = parent.get(id(above))
+        if isinstance(above, (ast.keyword, ast.Subscript, ast.Slice)):
+            continue
+        if isinstance(above, ast.Call) and isinstance(node.value, int):
+            continue
+        sites.append(node)
+    return sites
+
+
+def _nudge(value: float, ctx: OpContext) -> float:
+    step = ctx.const_scale * float(ctx.rng.standard_normal())
+    return value * (1.0 + step) if value != 0 else step
+
+
+def _nudge_default(spec: ParamSpec, ctx: OpContext) -> ParamSpec:
+    width = max(abs(spec.default), 0.1 * (spec.high - spec.low), 1e-6)
+    value = spec.default + ctx.const_scale * width * float(ctx.rng.standard_normal())
+    value = u.round6(min(max(value, spec.low), spec.high))
+    return ParamSpec(spec.name, value, spec.low, spec.high)
+
+
+def _rescale_range(spec: ParamSpec, ctx: OpContext) -> ParamSpec:
+    """Grow or shrink the range around the default, which stays inside it."""
+    factor = float(np.exp(ctx.const_scale * ctx.rng.standard_normal()))
+    low = u.round6(spec.default - (spec.default - spec.low) * factor)
+    high = u.round6(spec.default + (spec.high - spec.default) * factor)
+    return ParamSpec(spec.name, spec.default, min(low, spec.default), max(high, spec.default))
+
+
+_BIN_SWAPS = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Div: ast.Mult,
+              ast.LShift: ast.RShift, ast.RShift: ast.LShift}
+_CMP_SWAPS = {ast.LtE: ast.GtE, ast.GtE: ast.LtE, ast.Lt: ast.Gt, ast.Gt: ast.Lt}
+_NP_SWAPS = {"minimum": "maximum", "maximum": "minimum"}
+
+
+def swap_operator(code: str, ctx: OpContext) -> str | None:
+    """Flip one operator: + and -, / to * (and * to / by a nonzero literal), << and >>,
+    <= and >=, < and >, np.minimum and np.maximum."""
+    loaded = u.parse_function(code, ctx.entry_point)
+    if loaded is None:
+        return None
+    tree, fn = loaded
+    sites = [(node, i) for node in u.body_nodes(fn) for i in _swap_slots(node)]
+    site = _pick(ctx, sites)
+    if site is None:
+        return None
+    node, slot = site
+    if isinstance(node, ast.BinOp):
+        node.op = ast.Div() if isinstance(node.op, ast.Mult) else _BIN_SWAPS[type(node.op)]()
+    elif isinstance(node, ast.Compare):
+        node.ops[slot] = _CMP_SWAPS[type(node.ops[slot])]()
+    else:
+        node.func.attr = _NP_SWAPS[node.func.attr]
+    return ast.unparse(tree)
+
+
+def _swap_slots(node: ast.AST) -> list[int]:
+    if isinstance(node, ast.BinOp):
+        safe_div = (isinstance(node.op, ast.Mult) and u.is_number(node.right)
+                    and node.right.value != 0)
+        return [0] if type(node.op) in _BIN_SWAPS or safe_div else []
+    if isinstance(node, ast.Compare):
+        return [i for i, op in enumerate(node.ops) if type(op) in _CMP_SWAPS]
+    return [0] if u.is_np_call(node, set(_NP_SWAPS)) else []
+
+
+def wrap_clip(code: str, ctx: OpContext) -> str | None:
+    """Bound one sub-expression with np.minimum or np.maximum and a new parameter."""
+    loaded = u.parse_function(code, ctx.entry_point)
+    if loaded is None:
+        return None
+    tree, fn = loaded
+    target = _pick(ctx, _value_sites(fn))
+    if target is None:
+        return None
+    scale = u.magnitude(code, fn)
+    upper = bool(ctx.rng.integers(2))
+    name = unique_param_name(code, "cap" if upper else "floor")
+    default = scale if upper else 0.0
+    wrapped = u.np_call(u.numpy_alias(tree), "minimum" if upper else "maximum",
+                        copy.deepcopy(target), u.param_ref(fn, name))
+    u.replace(fn, target, wrapped)
+    return _with_params(ast.unparse(tree), [(name, default, -4.0 * scale, 4.0 * scale)])
+
+
+def _value_sites(fn: ast.FunctionDef) -> list[ast.expr]:
+    """Numeric sub-expressions worth bounding: arithmetic, calls, local variables, returns."""
+    locals_ = set(u.local_names(fn))
+    parent = u.parents(fn)
+    sites = []
+    for node in u.body_nodes(fn):
+        above = parent.get(id(node))
+        if isinstance(above, (ast.Attribute, ast.Subscript, ast.keyword)) or (
+                isinstance(above, ast.Call) and above.func is node):
+            continue
+        is_local = isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in locals_
+        if is_local or isinstance(node, (ast.BinOp, ast.Call)):
+            sites.append(node)
+    return sites
+
+
+def add_branch(code: str, ctx: OpContext) -> str | None:
+    """Wrap a return as `np.where(<state-derived value> <op> threshold, expr, alt)`."""
+    loaded = u.parse_function(code, ctx.entry_point)
+    if loaded is None:
+        return None
+    tree, fn = loaded
+    ret, subject = _pick(ctx, u.returns(fn)), _pick(ctx, _branch_subjects(fn))
+    if ret is None or subject is None:
+        return None
+    scale = u.magnitude(code, fn)
+    gate = unique_param_name(code, "gate")
+    alt_name = unique_param_name(code, "alt")
+    cmp_op = ast.Gt() if ctx.rng.integers(2) else ast.Lt()
+    cond = ast.Compare(left=subject, ops=[cmp_op], comparators=[u.param_ref(fn, gate)])
+    alt, alt_spec = _branch_alternative(fn, ret.value, alt_name, scale, ctx)
+    ret.value = u.np_call(u.numpy_alias(tree), "where", cond, ret.value, alt)
+    gate_spec = (gate, u.round6(ctx.rng.uniform(0.0, scale)), -4.0 * scale, 4.0 * scale)
+    return _with_params(ast.unparse(tree), [gate_spec, alt_spec])
+
+
+def _branch_subjects(fn: ast.FunctionDef) -> list[ast.expr]:
+    """Local variables, and state entries used directly (not only via methods like .sum),
+    which are likely one value per trajectory."""
+    state = u.arg_name(fn, 0, "state")
+    parent = u.parents(fn)
+    subjects = [ast.Name(id=name, ctx=ast.Load()) for name in u.local_names(fn)]
+    for node in u.body_nodes(fn):
+        direct = not isinstance(parent.get(id(node)), ast.Attribute)
+        if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)
+                and node.value.id == state and direct):
+            subjects.append(copy.deepcopy(node))
+    return list({ast.dump(s): s for s in subjects}.values())
+
+
+def _branch_alternative(fn, expr, name, scale, ctx):
+    """The other arm: the expression scaled by a new factor, or a new constant level."""
+    if ctx.rng.integers(2):
+        alt = ast.BinOp(left=copy.deepcopy(expr), op=ast.Mult(), right=u.param_ref(fn, name))
+        return alt, (name, 1.0, 0.0, 3.0)
+    return u.param_ref(fn, name), (name, u.round6(ctx.rng.uniform(0.0, scale)), -4.0 * scale, 4.0 * scale)
+
+
+def remove_branch(code: str, ctx: OpContext) -> str | None:
+    """Drop an `if` (keeping one arm, or nothing) or collapse np.where / a ternary to one arm."""
+    loaded = u.parse_function(code, ctx.entry_point)
+    if loaded is None:
+        return None
+    tree, fn = loaded
+    sites = [n for n in u.body_nodes(fn) if isinstance(n, (ast.If, ast.IfExp))
+             or (u.is_np_call(n, {"where"}) and len(n.args) == 3 and not n.keywords)]
+    node = _pick(ctx, sites)
+    if node is None:
+        return None
+    if isinstance(node, ast.If):
+        return _drop_if(tree, fn, node, ctx)
+    arms = [node.body, node.orelse] if isinstance(node, ast.IfExp) else node.args[1:]
+    u.replace(fn, node, arms[int(ctx.rng.integers(2))])
+    return ast.unparse(tree)
+
+
+def _drop_if(tree, fn, node: ast.If, ctx: OpContext) -> str | None:
+    for holder in u.body_nodes(fn) if node not in fn.body else [fn]:
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(holder, field, None)
+            if isinstance(block, list) and any(stmt is node for stmt in block):
+                index = [id(stmt) for stmt in block].index(id(node))
+                options = [node.body, node.orelse] if node.orelse else [node.body, []]
+                chosen = options[int(ctx.rng.integers(2))]
+                if len(block) == 1 and not chosen:
+                    chosen = node.body
+                block[index:index + 1] = chosen
+                return ast.unparse(tree)
+    return None
+
+
+def crossover(code: str, ctx: OpContext) -> str | None:
+    """Replace one statement, or the return expression, with the matching part of an
+    inspiration program's same-named function, bringing along the parameters it reads."""
+    loaded, donor = u.parse_function(code, ctx.entry_point), _pick(ctx, list(ctx.inspirations))
+    donor_loaded = u.parse_function(donor, ctx.entry_point) if donor else None
+    if loaded is None or donor_loaded is None:
+        return None
+    tree, fn = loaded
+    pairs = _crossover_pairs(fn, donor_loaded[1])
+    pair = _pick(ctx, pairs)
+    if pair is None:
+        return None
+    old, new = pair
+    if not u.used_names(new) <= u.defined_names(tree, fn):
+        return None
+    brought = _donor_params(code, donor, new, u.arg_name(donor_loaded[1], 1, "params"))
+    if brought is None:
+        return None
+    u.replace(fn, old, copy.deepcopy(new))
+    return _with_params(ast.unparse(tree), brought)
+
+
+def _crossover_pairs(fn, donor_fn) -> list[tuple[ast.AST, ast.AST]]:
+    own, theirs = u.returns(fn), u.returns(donor_fn)
+    pairs = [(r.value, d.value) for r in own[-1:] for d in theirs]
+    pairs += [(stmt, other) for stmt in fn.body for other in donor_fn.body
+              if type(stmt) is type(other) and not isinstance(stmt, ast.Return)]
+    return [(a, b) for a, b in pairs if ast.dump(a) != ast.dump(b)]
+
+
+def _donor_params(code, donor, node, params_arg):
+    """Specs of parameters `node` reads that the parent lacks; None if the donor lacks one."""
+    have, donor_specs = read_params(code), read_params(donor)
+    needed = [k for k in u.param_keys(node, params_arg) if k not in have]
+    if any(k not in donor_specs for k in needed):
+        return None
+    return [(k, donor_specs[k].default, donor_specs[k].low, donor_specs[k].high) for k in needed]
+
+
+def insert_motif(code: str, ctx: OpContext) -> str | None:
+    """Apply one of the domain's motifs to a return expression, declaring its parameters."""
+    loaded, motif = u.parse_function(code, ctx.entry_point), _pick(ctx, list(ctx.motifs))
+    if loaded is None or motif is None:
+        return None
+    tree, fn = loaded
+    ret = _pick(ctx, u.returns(fn))
+    if ret is None:
+        return None
+    u.numpy_alias(tree)  # motif templates spell numpy as np
+    new_params, names, current = [], {}, code
+    for index, (name, default, low, high) in enumerate(motif.params):
+        fresh = unique_param_name(current, name)
+        current = add_param(current, fresh, default, low, high)
+        names[f"p{index}"] = fresh
+        new_params.append((fresh, default, low, high))
+    ret.value = ast.parse(motif.template.format(expr=ast.unparse(ret.value), **names), mode="eval").body
+    return _with_params(ast.unparse(tree), new_params)
+
+
+Operator = Callable[[str, OpContext], "str | None"]
+
+OPERATORS: dict[str, Operator] = {
+    "perturb_const": perturb_const,
+    "swap_operator": swap_operator,
+    "wrap_clip": wrap_clip,
+    "add_branch": add_branch,
+    "remove_branch": remove_branch,
+    "crossover": crossover,
+    "insert_motif": insert_motif,
+}

@@ -1,0 +1,95 @@
+"""The embedded mutator: seeded AST operators, no language model, no code execution.
+
+It is the default backend and the baseline LLM backends must beat. Each request
+picks an operator by the request's weights with the request's seed, applies it,
+and checks the child; failures to apply are retried up to `max_attempts`.
+"""
+from __future__ import annotations
+
+import ast
+
+import numpy as np
+
+from evaluators.params import ProgramFormatError, entry_point_ok
+from store.records import MutationRequest
+from workers import _ast_util as u
+from workers._base import MutationFailed, Mutator, Proposal
+from workers.ast_ops import OPERATORS, Motif, OpContext
+from workers.config import EmbeddedMutatorConfig
+
+__all__ = ["EmbeddedMutator", "Motif"]
+
+PREFIX = "embedded:"
+
+
+class EmbeddedMutator(Mutator):
+    """Mutates programs of one domain (its entry point and motifs) with AST operators."""
+
+    def __init__(self, config: EmbeddedMutatorConfig, entry_point: str, motifs: list[Motif] = ()):
+        self.config = config
+        self.entry_point = entry_point
+        self.motifs = tuple(motifs)
+        for motif in self.motifs:
+            _check_motif(motif)
+
+    def propose(self, request: MutationRequest) -> Proposal:
+        """One checked child of the parent, deterministic given `request.seed`."""
+        parent = _normalized(request.parent_code)
+        if parent is None or not entry_point_ok(request.parent_code, self.entry_point):
+            raise MutationFailed(f"the parent does not parse or lacks {self.entry_point}()")
+        rng = np.random.default_rng(request.seed)
+        names, probs = self._choice(request.operator_weights)
+        ctx = OpContext(self.entry_point, rng, self.config.const_scale,
+                        tuple(code for _, code in request.inspirations), self.motifs)
+        for _ in range(self.config.max_attempts):
+            name = names[int(rng.choice(len(names), p=probs))]
+            child = self._try(name, request.parent_code, ctx)
+            if child is not None and _normalized(child) != parent:
+                return Proposal(child, PREFIX + name)
+        raise MutationFailed(f"no valid changed child in {self.config.max_attempts} attempts")
+
+    def _choice(self, weights: tuple[tuple[str, float], ...]) -> tuple[list[str], np.ndarray]:
+        """Enabled operators with positive weight and their probabilities.
+
+        Weights may name operators bare or with the "embedded:" prefix; a missing
+        name weighs 1.0, and weight 0 disables an operator for this request.
+        """
+        given = {name.removeprefix(PREFIX): float(w) for name, w in weights}
+        raw = {name: max(given.get(name, 1.0), 0.0) for name in self.config.operators}
+        names = [name for name, w in raw.items() if w > 0]
+        if not names:
+            raise MutationFailed("every enabled operator has weight 0")
+        total = sum(raw[name] for name in names)
+        return names, np.array([raw[name] / total for name in names])
+
+    def _try(self, name: str, code: str, ctx: OpContext) -> str | None:
+        """The operator's child if it is valid, else None (a bad parent PARAMS counts as 'cannot')."""
+        try:
+            child = OPERATORS[name](code, ctx)
+        except (ProgramFormatError, SyntaxError, ValueError, LookupError):
+            return None
+        if child is None or not entry_point_ok(child, self.entry_point):
+            return None
+        loaded = u.parse_function(child, self.entry_point)
+        return child if loaded is not None and u.returns(loaded[1]) else None
+
+
+def _normalized(code: str) -> str | None:
+    """Canonical text of a program (layout and comments dropped), or None if it does not parse."""
+    try:
+        return ast.unparse(ast.parse(code))
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+
+
+def _check_motif(motif: Motif) -> None:
+    """Fail at construction, with the motif's name, if its template cannot be filled in."""
+    names = {f"p{i}": f"x{i}" for i in range(len(motif.params))}
+    try:
+        ast.parse(motif.template.format(expr="x", **names), mode="eval")
+    except (KeyError, IndexError, ValueError, SyntaxError) as exc:
+        raise ValueError(f"motif {motif.name!r} has a bad template {motif.template!r}: {exc}") from None
+    for entry in motif.params:
+        numbers = len(entry) == 4 and all(isinstance(x, (int, float)) for x in entry[1:])
+        if not numbers or entry[2] > entry[3]:
+            raise ValueError(f"motif {motif.name!r} parameter {entry!r} must be (name, default, low, high)")
