@@ -82,7 +82,11 @@ class PolicyProcess:
         self._proc: subprocess.Popen | None = None
 
     def __enter__(self) -> "PolicyProcess":
-        self.start()
+        try:
+            self.start()
+        except BaseException:
+            self.close()  # __exit__ does not run when __enter__ raises
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
@@ -191,17 +195,26 @@ class PolicyProcess:
         self._log.close()
 
 
-def kill_uid(uid: int) -> int:
-    """SIGKILL every process owned by `uid` (stragglers that left the group)."""
+def kill_uid(uid: int, settle_s: float = 2.0) -> int:
+    """SIGKILL every process owned by `uid` (stragglers that left the group).
+
+    A fork bomb may still be forking while the first pass runs, so passes repeat
+    until no process of `uid` is left (killed ones included, until reaped).
+    """
     if os.geteuid() != 0:
         return 0
-    killed = 0
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                if entry.stat().st_uid == uid:
-                    os.kill(int(entry.name), signal.SIGKILL)
-                    killed += 1
-            except (FileNotFoundError, ProcessLookupError, PermissionError):
-                pass
-    return killed
+    killed, deadline = 0, time.monotonic() + settle_s
+    while True:
+        found = 0
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                try:
+                    if entry.stat().st_uid == uid:
+                        found += 1
+                        os.kill(int(entry.name), signal.SIGKILL)
+                        killed += 1
+                except (FileNotFoundError, ProcessLookupError, PermissionError):
+                    pass
+        if not found or time.monotonic() > deadline:
+            return killed
+        time.sleep(0.01)

@@ -48,7 +48,7 @@ def test_hostile_program_is_contained(name):
 def test_honest_program_answers_and_leaves_no_process():
     assert np.array_equal(run("def policy(s, p):\n    return s['x'] * p['k'] * 2")[0], [0.0, 2.0, 4.0])
     stragglers = [e for e in os.scandir("/proc") if e.name.isdigit() and _uid(e) == sandbox_uid()]
-    assert stragglers == []
+    assert [(e.name, open(f"/proc/{e.name}/stat").read()[:80]) for e in stragglers] == []
 
 
 def _uid(entry):
@@ -60,13 +60,16 @@ def _uid(entry):
 
 def test_environment_and_project_files_are_invisible(monkeypatch):
     monkeypatch.setenv("ATOLL_SECRET_TOKEN", "hunter2")
-    code = ("import os\ndef policy(s, p):\n"
-            "    seen = str(dict(os.environ)) + str(os.listdir(%r)) + str(os.listdir(os.path.expanduser('~root')))\n"
-            "    raise RuntimeError(seen)") % os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = ("import os\ndef ls(path):\n    try:\n        return os.listdir(path)\n    except OSError:\n        return []\n"
+            "def policy(s, p):\n"
+            "    seen = str(dict(os.environ)) + str(ls(%r)) + str(ls(%r)) + str(ls(os.path.expanduser('~root')))\n"
+            "    raise RuntimeError(seen)") % (os.path.dirname(os.path.abspath(__file__)),
+                                          os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     with pytest.raises(CandidateError) as caught:
         run(code)
     assert "hunter2" not in caught.value.reason
-    assert "test_sandbox.py" not in caught.value.reason and "evaluators" not in caught.value.reason.split("RuntimeError")[-1]
+    assert "test_sandbox.py" not in caught.value.reason and "conftest.py" not in caught.value.reason
+    assert "RuntimeError" in caught.value.reason
 
 
 def test_scratch_does_not_outlive_an_evaluation():

@@ -1,0 +1,41 @@
+"""Domains by name. A domain module registers its class when imported."""
+from __future__ import annotations
+
+import importlib
+
+from evaluators._base import Domain
+
+_DOMAINS: dict[str, type[Domain]] = {}
+_BUILTIN = ("evaluators.inventory",)
+
+
+def register(cls: type[Domain]) -> type[Domain]:
+    """Class decorator: make `cls` available as `cls.name`."""
+    if cls.name in _DOMAINS and _DOMAINS[cls.name] is not cls:
+        raise ValueError(f"domain {cls.name!r} is registered twice")
+    _DOMAINS[cls.name] = cls
+    return cls
+
+
+def _load_builtins() -> None:
+    for module in _BUILTIN:
+        importlib.import_module(module)
+
+
+def domain_names() -> list[str]:
+    _load_builtins()
+    return sorted(_DOMAINS)
+
+
+def get_domain_class(name: str) -> type[Domain]:
+    _load_builtins()
+    try:
+        return _DOMAINS[name]
+    except KeyError:
+        raise KeyError(f"unknown domain {name!r}; known: {', '.join(sorted(_DOMAINS))}") from None
+
+
+def get_domain(name: str, **options) -> Domain:
+    """An instance of domain `name`, its options validated by its config model."""
+    cls = get_domain_class(name)
+    return cls(cls.config_model.model_validate(options))
