@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -68,6 +69,7 @@ def _search(config, archive, run_id, run_dir, args) -> int:
     from controller.report import heldout_report
 
     connect(args.ray_address)
+    signal.signal(signal.SIGTERM, _stop_cleanly)  # `ray job stop`, a scheduler's kill: commit, then exit
     archive.set_run_status(run_id, "running")
     search = Search(config, archive, run_id, run_dir, hide=(str(run_dir.resolve()),))
     status = search.run()
@@ -82,6 +84,10 @@ def _search(config, archive, run_id, run_dir, args) -> int:
     return 130 if status == "interrupted" else 0
 
 
+def _stop_cleanly(signum, frame):
+    raise KeyboardInterrupt
+
+
 def cmd_status(args) -> int:
     from store.query import run_query
 
@@ -92,6 +98,10 @@ def cmd_status(args) -> int:
            "AND status = 'OK') AS best FROM runs r ORDER BY started_at")
     cols, rows, note = _query(run_dir, sql)
     _print_rows(cols, rows, note)
+    live = bool(note and "live" in note)
+    if not live and any(row[1] == "running" for row in rows):
+        console.print("no driver holds this run: it stopped without ending (crash, kill or lost machine); "
+                      f"everything committed is kept. Continue with: atoll resume {run_dir}")
     return 0
 
 

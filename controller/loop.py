@@ -13,6 +13,7 @@ import time
 import uuid
 from collections import defaultdict
 
+import msgpack
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
@@ -55,9 +56,27 @@ class Search:
         seeds = [r for r in rows if r["mutator"] == "seed"]
         others = [r for r in rows if r["mutator"] != "seed"]
         fanned = [dict(s, island=i) for s in seeds for i in range(self.config.islands.count)]
-        self.islands = Archipelago.rebuild(self.config.islands, self.config.run.seed + len(rows), fanned + others)
+        self.islands = self._restore(len(rows)) or Archipelago.rebuild(
+            self.config.islands, self.config.run.seed + len(rows), fanned + others)
         best = self.islands.best()
         self.best_score = best.score if best else None
+
+    def _restore(self, rows: int) -> Archipelago | None:
+        """The exact islands (generator included) of a clean stop, if nothing was committed since."""
+        blob = self.archive.load_snapshot(self.run_id)
+        if not blob:
+            return None
+        try:
+            saved = msgpack.unpackb(blob)
+            if saved.get("rows") != rows:
+                return None  # a crash after the snapshot: replay the archive instead
+            return Archipelago.from_msgpack(saved["islands"], self.config.islands)
+        except (ValueError, KeyError, TypeError, msgpack.UnpackException):
+            return None
+
+    def _snapshot(self) -> bytes:
+        rows = len(self.archive.programs_with_scores(self.run_id, "search"))
+        return msgpack.packb({"rows": rows, "islands": self.islands.to_msgpack()})
 
     # --- actors -------------------------------------------------------------
     def _start_actors(self) -> None:
@@ -152,7 +171,7 @@ class Search:
             self._cancel_all()
         finally:
             self.commit()
-            self.archive.save_snapshot(self.run_id, self.islands.to_msgpack())
+            self.archive.save_snapshot(self.run_id, self._snapshot())
             self.publish()
         return "seed-failed" if self.seed_error else status
 

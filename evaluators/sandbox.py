@@ -1,9 +1,10 @@
 """Trusted side of the sandbox: start a candidate's process and talk to it.
 
-`PolicyProcess` is the only way candidate code runs. It starts a fresh Python
-(`-I`: no environment variables read, no user site) with a clean environment,
-in its own session, and talks to it over two private pipes with length-prefixed
-msgpack frames (see `wire`). The candidate never sees scoring code or data; it
+`PolicyProcess` is the only way candidate code runs. Each candidate gets a new
+process, forked in its own session from a warm, trusted fork server (a Python
+started with `-I` and a clean environment that has imported numpy and never
+runs candidate code), and talks to it over two private pipes with
+length-prefixed msgpack frames (see `wire`). The candidate never sees scoring code or data; it
 answers batches of states with actions. Every way it can misbehave (crash,
 hang, exit, garbage) becomes a `CandidateError` with a readable reason.
 """
@@ -14,9 +15,10 @@ import select
 import signal
 import subprocess
 import sys
-import tempfile
-import time
 import json
+import tempfile
+import threading
+import time
 from pathlib import Path
 
 from evaluators import wire
@@ -79,7 +81,7 @@ class PolicyProcess:
         self.hide = hide
         self.protections: list[str] = []
         self.calls = 0
-        self._proc: subprocess.Popen | None = None
+        self._pid: int | None = None
 
     def __enter__(self) -> "PolicyProcess":
         try:
@@ -96,16 +98,18 @@ class PolicyProcess:
         to_child_r, self._to_child = os.pipe()
         self._from_child, from_child_w = os.pipe()
         self._log = tempfile.TemporaryFile()
-        spec = {"rfd": to_child_r, "wfd": from_child_w, "uid": sandbox_uid(),
-                "hide": hidden_paths(self.hide), "keep": kept_paths(),
+        spec = {"uid": sandbox_uid(), "hide": hidden_paths(self.hide), "keep": kept_paths(),
                 "scratch_mb": self.limits.scratch_mb,
                 "limits": self.limits.model_dump(include={"memory_mb", "cpu_s", "file_mb", "processes"})}
-        self._proc = subprocess.Popen(
-            [sys.executable, "-I", str(_CHILD), json.dumps(spec)], stdin=subprocess.DEVNULL,
-            stdout=self._log, stderr=self._log, env=_clean_env(), cwd="/",
-            pass_fds=(to_child_r, from_child_w), start_new_session=True, close_fds=True)
-        os.close(to_child_r)
-        os.close(from_child_w)
+        try:
+            fds = [to_child_r, from_child_w, self._log.fileno()]
+            try:
+                self._pid = _zygote().spawn(spec, fds)
+            except (OSError, RuntimeError, ValueError):  # the fork server died under us: one fresh try
+                self._pid = _zygote(fresh=True).spawn(spec, fds)
+        finally:
+            os.close(to_child_r)
+            os.close(from_child_w)
         self._deadline = time.monotonic() + self.limits.wall_s
         reply = self._exchange({"code": self.code, "entry": self.entry_point},
                                time.monotonic() + self.limits.startup_s)
@@ -164,7 +168,8 @@ class PolicyProcess:
             raise CandidateError(Status.TIMEOUT, f"wall-clock limit of {self.limits.wall_s:g} s exceeded")
 
     def _died(self):
-        code = self._proc.wait(timeout=5)
+        code = _zygote().wait(self._pid, timeout=5)
+        self._pid = None
         status, reason = _describe_exit(code, self.limits)
         tail = self.output_tail()
         self.close()
@@ -178,21 +183,72 @@ class PolicyProcess:
 
     def close(self) -> None:
         """Kill the process group and every process left under the sandbox uid."""
-        if self._proc is None:
-            return
-        proc, self._proc = self._proc, None
-        for fd in (self._to_child, self._from_child):
+        for fd in (getattr(self, "_to_child", None), getattr(self, "_from_child", None)):
             try:
-                os.close(fd)
+                if fd is not None:
+                    os.close(fd)
             except OSError:
                 pass
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        proc.wait()
-        kill_uid(sandbox_uid())
-        self._log.close()
+        self._to_child = self._from_child = None
+        pid, self._pid = self._pid, None
+        if pid is not None:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            _zygote().wait(pid, timeout=5)
+        if getattr(self, "_log", None) is not None and not self._log.closed:
+            kill_uid(sandbox_uid())
+            self._log.close()
+
+
+class _Zygote:
+    """The evaluator's warm fork server (`_child.py --zygote`), started on first use.
+
+    Trusted: it only forks. One per evaluator process; restarted if it dies.
+    """
+
+    def __init__(self):
+        import socket
+
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-I", str(_CHILD), "--zygote", str(theirs.fileno())],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env=_clean_env(), cwd="/", pass_fds=(theirs.fileno(),), start_new_session=True, close_fds=True)
+        theirs.close()
+        self._sock = ours
+        self._lock = threading.Lock()
+
+    def alive(self) -> bool:
+        return self._proc.poll() is None
+
+    def _call(self, request: dict, fds: list[int] = ()) -> dict:
+        import socket
+
+        with self._lock:
+            socket.send_fds(self._sock, [json.dumps(request).encode()], list(fds))
+            reply = self._sock.recv(1 << 16)
+        if not reply:
+            raise RuntimeError("the sandbox's fork server died")
+        return json.loads(reply)
+
+    def spawn(self, spec: dict, fds: list[int]) -> int:
+        return self._call({"op": "spawn", "spec": spec}, fds)["pid"]
+
+    def wait(self, pid: int, timeout: float) -> int:
+        return self._call({"op": "wait", "pid": pid, "timeout": timeout})["code"]
+
+
+_ZYGOTE: _Zygote | None = None
+_ZYGOTE_PID = 0
+
+
+def _zygote(fresh: bool = False) -> _Zygote:
+    global _ZYGOTE, _ZYGOTE_PID
+    if fresh or _ZYGOTE is None or not _ZYGOTE.alive() or _ZYGOTE_PID != os.getpid():
+        _ZYGOTE, _ZYGOTE_PID = _Zygote(), os.getpid()
+    return _ZYGOTE
 
 
 def kill_uid(uid: int, settle_s: float = 2.0) -> int:

@@ -20,6 +20,7 @@ HOSTILE = {
     "network connect": ("import socket\ndef policy(s, p):\n    socket.create_connection(('127.0.0.1', 22), timeout=2)", Status.FAILED, "Network is unreachable"),
     "write outside scratch": ("def policy(s, p):\n    open('/etc/atoll-was-here', 'w').write('x')", Status.FAILED, "Permission denied"),
     "huge output": ("import sys\ndef policy(s, p):\n    while True:\n        sys.stdout.write('x' * 100000)", Status.FAILED, "File too large"),
+    "parent's environment": ("import os\ndef policy(s, p):\n    return len(open('/proc/%d/environ' % os.getppid(), 'rb').read())", Status.FAILED, "Permission denied"),
     "os._exit": ("import os\ndef policy(s, p):\n    os._exit(3)", Status.FAILED, "exited with code 3"),
     "deep recursion": ("def f(n):\n    return f(n + 1)\ndef policy(s, p):\n    return f(0)", Status.FAILED, "RecursionError"),
     "raises at import": ("raise ValueError('boom')\ndef policy(s, p):\n    return 0", Status.FAILED, "boom"),
@@ -83,3 +84,20 @@ def test_sandbox_survives_and_keeps_working_after_a_crash():
     with pytest.raises(CandidateError):
         run("import os\ndef policy(s, p):\n    os._exit(1)")
     assert np.array_equal(run("def policy(s, p):\n    return s['x']")[0], [0.0, 1.0, 2.0])
+
+
+def test_a_dead_fork_server_is_replaced():
+    from evaluators import sandbox
+
+    run("def policy(s, p):\n    return s['x']")
+    os.kill(sandbox._zygote()._proc.pid, 9)
+    sandbox._zygote()._proc.wait()
+    assert np.array_equal(run("def policy(s, p):\n    return s['x'] + 1")[0], [1.0, 2.0, 3.0])
+
+
+def test_candidates_cannot_reach_the_fork_server():
+    code = ("import os, socket\ndef policy(s, p):\n    found = []\n    for fd in range(3, 256):\n"
+            "        try:\n            socket.socket(fileno=os.dup(fd)).send(b'{\"op\": \"spawn\"}')\n"
+            "            found.append(fd)\n        except OSError:\n            pass\n"
+            "    return s['x'] * 0 + len(found)")
+    assert np.array_equal(run(code)[0], [0.0, 0.0, 0.0])
