@@ -1,0 +1,104 @@
+"""Store contract: real DuckDB files, one transaction per batch, migrations, views."""
+import time
+
+import duckdb
+import pytest
+
+from store.duckdb_archive import DuckDBArchive, migrations
+from store.query import QueryError, run_query
+from store.records import Candidate, EvalResult, Status
+
+
+def cand(pid, parents=(), island=0, gen=1, mutator="embedded:perturb_const", run="r1", code=None):
+    return Candidate(pid, run, island, gen, tuple(parents), code or f"def policy(s, p):\n    return {pid!r}",
+                     mutator, time.time())
+
+
+def ok(pid, score, split="search"):
+    return EvalResult(pid, split, Status.OK, score=score, metrics={"cost": -score, "bad": float("nan")},
+                      instance_scores=(score, score), descriptors=(0.5, 1.0), duration_s=0.1)
+
+
+@pytest.fixture()
+def archive(tmp_path):
+    with DuckDBArchive(tmp_path / "archive.duckdb") as a:
+        a.create_run("r1", {"run": {"name": "t"}, "seed": 3}, "[run]\nname='t'\n")
+        yield a
+
+
+def test_runs_round_trip(archive):
+    assert archive.latest_run_id() == "r1"
+    assert archive.get_run("r1")["config"] == {"run": {"name": "t"}, "seed": 3}
+    archive.set_run_status("r1", "completed", ended=True)
+    run = archive.get_run("r1")
+    assert run["status"] == "completed" and run["ended_at"] is not None
+    assert archive.get_run("nope") is None
+
+
+def test_record_keeps_order_scores_and_lineage(archive):
+    archive.record([(cand("a", mutator="seed", gen=0), ok("a", -1.0))])
+    archive.record([(cand("b", ["a"]), ok("b", -0.9)),
+                    (cand("c", ["a"], island=1), EvalResult("c", "search", Status.TIMEOUT, error="too slow"))])
+    archive.record([(cand("d", ["b", "c"], mutator="embedded:crossover"), ok("d", -0.95))])
+    rows = archive.programs_with_scores("r1")
+    assert [r["program_id"] for r in rows] == ["a", "b", "c", "d"]
+    assert rows[2]["status"] == "TIMEOUT" and rows[2]["score"] is None
+    assert rows[1]["instance_scores"] == (-0.9, -0.9) and rows[1]["descriptors"] == (0.5, 1.0)
+    assert archive.count_evaluations("r1", "search") == 4
+    assert archive.best_program("r1", "search")["program_id"] == "b"
+    assert archive.evaluation("b", "search")["metrics"] == {"cost": 0.9, "bad": None}
+    assert archive.evaluation("b", "heldout") is None
+    assert len(archive.known_hashes("r1")) == 4
+    assert archive.operator_stats("r1") == {"embedded:perturb_const": (2, 1), "embedded:crossover": (1, 0)}
+    depth = archive.con.execute("SELECT program_id, depth FROM lineage_of('d') ORDER BY depth, program_id").fetchall()
+    assert depth == [("d", 0), ("b", 1), ("c", 1), ("a", 2)]
+
+
+def test_a_failing_batch_leaves_nothing(archive):
+    archive.record([(cand("a", mutator="seed", gen=0), ok("a", -1.0))])
+    bad = EvalResult("x", "search", "not a status", score=-1.0)  # fails after the programs are inserted
+    with pytest.raises(Exception):
+        archive.record([(cand("y", ["a"]), ok("y", -0.5)), (cand("x", ["a"]), bad)])
+    assert [r["program_id"] for r in archive.programs_with_scores("r1")] == ["a"]
+    assert archive.con.execute("SELECT count(*) FROM lineage").fetchone()[0] == 0
+
+
+def test_heldout_scores_and_baselines_stay_apart(archive):
+    archive.record([(cand("a", mutator="seed", gen=0), ok("a", -1.0))])
+    archive.record_evaluations([ok("a", -1.1, "heldout")], "r1")
+    archive.record([(cand("base", island=-1, gen=0, mutator="baseline:optimized"), ok("base", 5.0, "heldout"))])
+    assert archive.evaluation("a", "heldout")["score"] == -1.1
+    assert archive.best_program("r1", "heldout")["program_id"] == "a"
+    assert [r["program_id"] for r in archive.programs_with_scores("r1", "heldout")] == ["a"]
+    assert archive.count_evaluations("r1", "heldout") == 1
+
+
+def test_best_per_island_is_running_best(archive):
+    archive.record([(cand("a", mutator="seed", gen=0), ok("a", -1.0))])
+    archive.record([(cand("b", ["a"]), ok("b", -0.5)), (cand("c", ["b"]), ok("c", -0.7))])
+    rows = archive.con.execute("SELECT program_id, best_so_far FROM best_per_island ORDER BY seq").fetchall()
+    assert rows == [("a", -1.0), ("b", -0.5), ("c", -0.5)]
+
+
+def test_migrations_are_recorded_and_idempotent(tmp_path):
+    path = tmp_path / "archive.duckdb"
+    with DuckDBArchive(path) as a:
+        assert a.schema_versions() == [v for v, _, _ in migrations()]
+        assert a.migrate() == []
+    with DuckDBArchive(path) as a:
+        assert a.schema_versions() == [v for v, _, _ in migrations()]
+    with DuckDBArchive(path, read_only=True) as a:
+        with pytest.raises(duckdb.Error):
+            a.con.execute("DELETE FROM runs")
+
+
+def test_snapshot_blob_and_live_copy(archive, tmp_path):
+    archive.save_snapshot("r1", b"one")
+    archive.save_snapshot("r1", b"two")
+    assert archive.load_snapshot("r1") == b"two" and archive.load_snapshot("r2") is None
+    archive.record([(cand("a", mutator="seed", gen=0), ok("a", -1.0))])
+    archive.publish_snapshot(tmp_path / "archive.snapshot.duckdb")
+    cols, rows, note = run_query(tmp_path, "SELECT count(*) AS n FROM programs")
+    assert rows == [(1,)] and "live" in note
+    with pytest.raises(QueryError, match="read-only"):
+        run_query(tmp_path, "DELETE FROM programs")
