@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -288,11 +288,15 @@ class DuckDBArchive:
 
         The driver is the only writer and is single-threaded, so after a
         checkpoint the file is complete and nothing writes while it is copied.
+        The copy runs in a child process: DuckDB's lock is a POSIX record lock,
+        which this process would drop the moment it closed any descriptor of
+        the file, letting a second writer in.
         """
         start = time.perf_counter()
         dest = Path(dest)
         self.con.execute("CHECKPOINT")
         tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-        shutil.copyfile(self.path, tmp)
+        subprocess.run(["cp", "--", str(self.path), str(tmp)], check=True, stdin=subprocess.DEVNULL,
+                       capture_output=True)
         os.replace(tmp, dest)
         return time.perf_counter() - start

@@ -102,3 +102,13 @@ def test_snapshot_blob_and_live_copy(archive, tmp_path):
     assert rows == [(1,)] and "live" in note
     with pytest.raises(QueryError, match="read-only"):
         run_query(tmp_path, "DELETE FROM programs")
+
+
+def test_publishing_keeps_the_writers_lock(archive, tmp_path):
+    import subprocess
+    import sys
+
+    archive.publish_snapshot(tmp_path / "archive.snapshot.duckdb")
+    probe = subprocess.run([sys.executable, "-c", "import duckdb, sys; duckdb.connect(sys.argv[1], read_only=True)",
+                            str(archive.path)], capture_output=True, text=True)
+    assert probe.returncode != 0 and "lock" in probe.stderr

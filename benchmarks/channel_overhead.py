@@ -1,0 +1,95 @@
+"""What the sandbox channel costs: one round trip, and one whole inventory evaluation.
+
+Prints the median time of a policy round trip for a small batch, then one
+search-split evaluation of the inventory seed program through the real sandbox
+against the same evaluation with the policy called directly in this process
+(a benchmark-only shortcut; the project never runs candidate code in-process).
+
+    python3 benchmarks/channel_overhead.py [--round-trips N] [--repeats N] [--option key=json ...]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from evaluators.config import SandboxConfig  # noqa: E402
+from evaluators.params import read_params  # noqa: E402
+from evaluators.registry import get_domain  # noqa: E402
+from evaluators.sandbox import PolicyProcess  # noqa: E402
+
+
+def _args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--round-trips", type=int, default=2000, help="round trips to time (default 2000)")
+    parser.add_argument("--rows", type=int, default=8, help="rows in the small batch (default 8)")
+    parser.add_argument("--repeats", type=int, default=3, help="evaluations of each kind; the median is shown")
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=JSON",
+                        help="an inventory domain option, e.g. --option tune_trials=16 (repeatable)")
+    return parser.parse_args(argv)
+
+
+def round_trip_us(code: str, rows: int, count: int) -> float:
+    batch = [({"on_hand": np.zeros(rows, np.int64), "pipeline": np.zeros((rows, 2), np.int64)},
+              {"level": np.full(rows, 15.0)})]
+    with PolicyProcess(code, "policy", SandboxConfig()) as policy:
+        for _ in range(50):
+            policy(batch)
+        times = []
+        for _ in range(count):
+            start = time.perf_counter()
+            policy(batch)
+            times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e6
+
+
+def in_process(code: str):
+    namespace: dict = {}
+    exec(code, namespace)
+    fn = namespace["policy"]
+    return lambda batches: [fn(state, params) for state, params in batches]
+
+
+def evaluation_s(domain, code: str, sandboxed: bool, repeats: int) -> tuple[float, float, int]:
+    """Median seconds, the score and the round trips of one search-split evaluation."""
+    times, score, calls = [], None, 0
+    for _ in range(repeats):
+        start = time.perf_counter()
+        if sandboxed:
+            with PolicyProcess(code, "policy", SandboxConfig()) as policy:
+                score = domain.evaluate(policy, read_params(code), "search").score
+                calls = policy.calls
+        else:
+            score = domain.evaluate(in_process(code), read_params(code), "search").score
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), score, calls
+
+
+def main(argv=None) -> None:
+    args = _args(argv)
+    options = {k: json.loads(v) for k, v in (o.split("=", 1) for o in args.option)}
+    domain = get_domain("inventory", **options)
+    code = domain.seed_program
+    print(f"round trip, 1 batch of {args.rows} rows: median {round_trip_us(code, args.rows, args.round_trips):.0f} us "
+          f"over {args.round_trips}")
+    domain.base_stock("search")  # the normalizer is computed once per evaluator; keep it out of the timing
+    cfg = domain.config
+    print(f"search split: {len(cfg.search_instances)} instances x {cfg.search_trajectories} trajectories, "
+          f"{cfg.tune_trials} trials in rounds of {cfg.tune_batch}, {cfg.warmup}+{cfg.search_periods} periods")
+    sandboxed, score, calls = evaluation_s(domain, code, True, args.repeats)
+    direct, direct_score, _ = evaluation_s(domain, code, False, args.repeats)
+    print(f"  through the sandbox: {sandboxed:.2f} s ({calls} round trips, {1e6 * sandboxed / calls:.0f} us each), "
+          f"score {score:.4f}")
+    print(f"  in-process:          {direct:.2f} s, score {direct_score:.4f}")
+    print(f"  channel share:       {100 * (1 - direct / sandboxed):.0f}% of the sandboxed time")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""The real entry point as a subprocess, with a tiny budget (real Ray, DuckDB, sandbox)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from store.duckdb_archive import DuckDBArchive
+from store.query import QueryError, run_query
+from tests.tiny import TINY_INVENTORY
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ["--set", "run.max_wall_s=240", "--set", "islands.count=2", "--set", "evaluator.actors=2",
+        "--set", "controller.commit_every_s=0.2", "--set", "controller.snapshot_every_s=0.5"]
+for _key, _value in TINY_INVENTORY.items():
+    TINY += ["--set", f"domain.options.{_key}={_value}"]
+
+
+def _env(tmp_path):
+    return dict(os.environ, PYTHONPATH=str(ROOT), ATOLL_CACHE_DIR=str(tmp_path / "cache"))
+
+
+def _counts(run_dir):
+    cols, rows, _ = run_query(run_dir, "SELECT count(*), count(DISTINCT program_id) FROM evaluations WHERE split = 'search'")
+    return rows[0]
+
+
+def test_run_then_best_status_and_query(atoll_cli, tmp_path):
+    run_dir = tmp_path / "run"
+    out = atoll_cli("run", "configs/inventory.toml", "--run-dir", str(run_dir), "--max-evals", "10", *TINY)
+    assert "held-out" in out.stdout and "optimized base-stock" in out.stdout
+    assert _counts(run_dir) == (10, 10)
+    best = atoll_cli("best", str(run_dir))
+    assert "def policy" in best.stdout and "held-out score" in best.stdout
+    status = atoll_cli("status", str(run_dir))
+    assert "completed" in status.stdout
+    cols, rows, _ = run_query(run_dir, "SELECT count(*) FROM mutator_success")
+    assert rows[0][0] >= 1
+
+
+def test_kill_9_then_resume_completes_the_budget(tmp_path):
+    run_dir, budget = tmp_path / "run", 24
+    cmd = [sys.executable, "-m", "controller", "run", "configs/inventory.toml", "--run-dir", str(run_dir),
+           "--max-evals", str(budget), "--no-report", *TINY]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(tmp_path), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        seen = _wait_for_evaluations(run_dir, 6, proc)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert 6 <= seen < budget
+    time.sleep(1)
+    done = subprocess.run([sys.executable, "-m", "controller", "resume", str(run_dir), "--no-report"],
+                          cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stderr
+    assert _counts(run_dir) == (budget, budget)
+    with DuckDBArchive(run_dir / "archive.duckdb", read_only=True) as archive:
+        rows = archive.programs_with_scores(archive.latest_run_id())
+    ids = [r["program_id"] for r in rows]
+    assert len(ids) == len(set(ids))
+
+
+def _wait_for_evaluations(run_dir, n, proc, limit=180):
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "the run ended before it could be killed"
+        try:
+            count, _ = _counts(run_dir)
+            if count >= n:
+                return count
+        except QueryError:
+            pass
+        time.sleep(0.3)
+    raise AssertionError("the run made no progress")
+
+
+def test_query_answers_during_a_live_run_and_refuses_writes(tmp_path):
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "controller", "run", "configs/inventory.toml", "--run-dir", str(run_dir),
+           "--max-evals", "400", "--no-report", *TINY]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(tmp_path), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert _wait_for_evaluations(run_dir, 2, proc) >= 2
+        cli = subprocess.run([sys.executable, "-m", "controller", "query", str(run_dir),
+                              "SELECT count(*) AS n FROM programs", "--json"],
+                             cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True, timeout=60)
+        assert cli.returncode == 0 and json.loads(cli.stdout.splitlines()[0])["n"] >= 2
+        assert "live" in cli.stderr
+        refused = subprocess.run([sys.executable, "-m", "controller", "query", str(run_dir), "DELETE FROM programs"],
+                                 cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 2 and "read-only" in refused.stderr and "Traceback" not in refused.stderr
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=60)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["run", "configs/absent.toml"], "does not exist"),
+    (["resume", "/nonexistent/run"], "is not a run directory"),
+    (["query", "/nonexistent/run", "SELECT 1"], "not a run directory"),
+    (["run", "configs/inventory.toml", "--set", "islands.count=-1"], "islands.count"),
+])
+def test_bad_input_gets_one_line_and_exit_2(atoll_cli, args, needle):
+    out = atoll_cli(*args, check=False)
+    assert out.returncode == 2 and needle in out.stderr and "Traceback" not in out.stderr

@@ -1,0 +1,96 @@
+"""Every registered domain, through the same checks: the real Evaluator and sandbox, tiny options."""
+import ast
+
+import pydantic
+import pytest
+
+from evaluators.config import SandboxConfig
+from evaluators.evaluator import Evaluator
+from evaluators.params import read_params
+from evaluators.registry import domain_names, get_domain, get_domain_class
+from store.records import EvalResult, Status
+
+# Options that make each domain's evaluations take a fraction of a second; a domain
+# missing here runs on its defaults.
+TINY_OPTIONS = {
+    "inventory": {"search_instances": [{"lead_time": 1, "penalty": 4, "demand": "poisson"}],
+                  "heldout_instances": [{"lead_time": 2, "penalty": 9, "demand": "geometric"},
+                                        {"lead_time": 6, "penalty": 9, "demand": "poisson"}],
+                  "search_periods": 50, "heldout_periods": 80, "warmup": 20, "search_trajectories": 2,
+                  "heldout_trajectories": 3, "tune_trials": 4, "tune_batch": 2},
+}
+LIMITS = SandboxConfig(wall_s=60)
+NAMES = domain_names()
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATOLL_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.fixture(scope="module", params=NAMES)
+def scored(request):
+    """(domain name, evaluator, held-out results of every baseline) for one domain."""
+    evaluator = Evaluator(request.param, TINY_OPTIONS.get(request.param, {}), LIMITS)
+    held = {f"baseline: {name}": evaluator.evaluate(f"b-{name}", code, "heldout")
+            for name, code in evaluator.domain.baselines().items()}
+    return request.param, evaluator, held
+
+
+def test_registry_lists_inventory():
+    assert "inventory" in NAMES
+
+
+def test_seed_program_scores_ok_on_search(scored):
+    _, evaluator, _ = scored
+    result = evaluator.evaluate("seed", evaluator.domain.seed_program, "search")
+    assert result.status == Status.OK, result.error
+    assert isinstance(result.score, float) and result.instance_scores and len(result.descriptors) >= 1
+    assert set(result.tuned_params) == set(read_params(evaluator.domain.seed_program))
+
+
+def test_every_baseline_scores_ok_on_both_splits(scored):
+    _, evaluator, held = scored
+    assert held, "a domain needs at least one baseline"
+    for label, result in held.items():
+        assert result.status == Status.OK, (label, result.error)
+    for name, code in evaluator.domain.baselines().items():
+        result = evaluator.evaluate(f"b-{name}", code, "search")
+        assert result.status == Status.OK, (name, result.error)
+
+
+def test_config_forbids_unknown_keys(scored):
+    name = scored[0]
+    with pytest.raises(pydantic.ValidationError, match="no_such_option"):
+        get_domain(name, no_such_option=1)
+    assert get_domain_class(name).config_model.model_config.get("frozen")
+
+
+def test_heldout_table_has_consistent_columns_and_survives_a_failed_result(scored):
+    name, evaluator, held = scored
+    failed = EvalResult("broken", "heldout", Status.INVALID, error="the policy returned NaN orders")
+    results = dict(held, **{"evolved best": failed})
+    columns, rows, notes = evaluator.domain.heldout_table(results, evaluator.domain.reference("heldout"))
+    assert all(len(row) == len(columns) for row in rows)
+    assert all(isinstance(cell, str) for row in rows for cell in row)
+    labels = [row[0] for row in rows]
+    assert set(results) <= set(labels)
+    broken = rows[labels.index("evolved best")]
+    assert "INVALID" in " ".join(broken) and "NaN" in " ".join(broken)
+    assert notes and all(isinstance(n, str) for n in notes)
+
+
+def test_reference_is_a_dict_for_both_splits(scored):
+    domain = scored[1].domain
+    for split in ("search", "heldout"):
+        assert isinstance(domain.reference(split), dict)
+    with pytest.raises(ValueError):
+        domain.reference("train")
+
+
+def test_motif_templates_format_and_parse(scored):
+    for motif_name, template, params in scored[1].domain.motifs():
+        names = {f"p{i}": entry[0] for i, entry in enumerate(params)}
+        ast.parse(template.format(expr="x", **names), mode="eval")
+        for pname, default, low, high in params:
+            assert low <= default <= high, (motif_name, pname)

@@ -1,0 +1,201 @@
+"""Score integrity: hostile candidates for the inventory domain, each through the real Evaluator.
+
+Every hostile program's honest behaviour is to order nothing, so none of them may
+score better than the honest do-nothing policy; each either gets exactly that
+honest score or a status with a readable reason.
+"""
+import os
+
+import pytest
+
+from evaluators.config import SandboxConfig
+from evaluators.evaluator import Evaluator
+from store.records import Status
+
+OPTIONS = {"search_instances": [{"lead_time": 1, "penalty": 4, "demand": "poisson"},
+                                {"lead_time": 2, "penalty": 19, "demand": "poisson"}],
+           "heldout_instances": [{"lead_time": 3, "penalty": 9, "demand": "geometric"}],
+           "search_periods": 60, "heldout_periods": 80, "warmup": 20, "search_trajectories": 2,
+           "heldout_trajectories": 3, "tune_trials": 4, "tune_batch": 2}
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ZERO = "import numpy as np\n\ndef policy(state, params):\n    return np.zeros(len(state['on_hand']))\n"
+GOOD = ("import numpy as np\n\ndef policy(state, params):\n"
+        "    return np.maximum(12 + 5 * state['lead_time'] - state['on_hand'] - state['pipeline'].sum(axis=1), 0)\n")
+
+PATCH_SCORING = ZERO + '''
+def _patch():
+    import sys, builtins
+    try:
+        import evaluators.inventory as inv
+        inv.Inventory.evaluate = lambda *a, **k: None
+        inv.check_orders = lambda *a, **k: None
+    except Exception:
+        pass
+    sys.modules["evaluators.inventory"] = None
+    builtins.min = lambda *a, **k: 0
+    builtins.sum = lambda *a, **k: 0
+_patch()
+'''
+
+PATCH_NUMPY = '''\
+import numpy as np
+np.mean = lambda *a, **k: 0.0
+np.minimum = lambda a, b, *r, **k: 0 * a
+np.isfinite = lambda a, *r, **k: True
+
+def policy(state, params):
+    np.add = lambda *a, **k: 0
+    return np.zeros(len(state["on_hand"]))
+'''
+
+FORGE_FRAME = '''\
+import os, struct
+import numpy as np
+
+def policy(state, params):
+    import msgpack
+    body = msgpack.packb({"score": 0.0, "status": "OK", "actions": [], "metrics": {"mean_cost": 0.0}})
+    for fd in range(3, 64):
+        try:
+            os.write(fd, struct.pack(">I", len(body)) + body)
+        except OSError:
+            pass
+    return np.zeros(len(state["on_hand"]))
+'''
+
+SNOOP = '''\
+import os, sys
+import numpy as np
+FOUND = []
+
+def _try(label, fn):
+    try:
+        got = fn()
+    except Exception:
+        return
+    if got:
+        FOUND.append(label + ": " + str(got)[:200])
+
+def _walk(top):
+    hits = []
+    for dirpath, dirnames, filenames in os.walk(top):
+        if dirpath.startswith((sys.prefix, sys.base_prefix, "/tmp/.keep")) or "site-packages" in dirpath:
+            continue  # the interpreter and its libraries are readable by design
+        hits += [os.path.join(dirpath, f) for f in filenames
+                 if "inventory" in f or "seed" in f or f.endswith((".duckdb", ".toml"))]
+        if len(hits) > 20:
+            break
+    return hits
+
+def _grandparent():
+    """The zygote is the parent; the evaluator, which holds the data, is its parent."""
+    status = open("/proc/%d/status" % os.getppid()).read()
+    return int(status.split("PPid:")[1].split()[0])
+
+def policy(state, params):
+    for pid in (os.getppid(), _grandparent()):
+        _try("environ", lambda: open("/proc/%d/environ" % pid, "rb").read())
+        _try("memory", lambda: open("/proc/%d/mem" % pid, "rb").read(64))
+        _try("maps", lambda: open("/proc/%d/maps" % pid).read())
+        _try("open files", lambda: os.listdir("/proc/%d/fd" % pid))
+    _try("project", lambda: os.listdir(PROJECT))
+    _try("files", lambda: [p for top in (os.path.dirname(PROJECT), os.path.expanduser("~root"), "/tmp")
+                           for p in _walk(top)])
+    raise RuntimeError("snooped: " + " | ".join(FOUND))
+'''
+
+REMEMBER = '''\
+import os
+import numpy as np
+SPOTS = ["/tmp/atoll_note", "/var/tmp/atoll_note", "/dev/shm/atoll_note",
+         os.path.expanduser("~/atoll_note"), os.path.join(os.getcwd(), "atoll_note"), PROJECT + "/atoll_note"]
+
+def _seen():
+    return any(os.path.exists(p) for p in SPOTS)
+
+def _write():
+    for p in SPOTS:
+        try:
+            with open(p, "w") as f:
+                f.write("levels")
+        except OSError:
+            pass
+
+REMEMBERED = _seen()  # at load: only an earlier evaluation can have left a note
+_write()
+
+def policy(state, params):
+    if REMEMBERED:  # a second evaluation that remembers would order well
+        return np.maximum(12 + 5 * state["lead_time"] - state["on_hand"] - state["pipeline"].sum(axis=1), 0)
+    return np.zeros(len(state["on_hand"]))
+'''
+
+NAN = "import numpy as np\n\ndef policy(state, params):\n    return np.full(len(state['on_hand']), np.nan)\n"
+NEGATIVE = "import numpy as np\n\ndef policy(state, params):\n    return -5.0 * np.ones(len(state['on_hand']))\n"
+HUGE = "import numpy as np\n\ndef policy(state, params):\n    return np.full(len(state['on_hand']), 1e300)\n"
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    return Evaluator("inventory", OPTIONS, SandboxConfig(wall_s=60, startup_s=10))
+
+
+@pytest.fixture(scope="module")
+def honest(evaluator):
+    """Scores of the honest do-nothing policy and of a reasonable one, per split."""
+    scores = {}
+    for split in ("search", "heldout"):
+        zero, good = evaluator.evaluate("zero", ZERO, split), evaluator.evaluate("good", GOOD, split)
+        assert zero.status == Status.OK and good.status == Status.OK
+        assert good.score > zero.score + 0.5  # so "no better than zero" is a real bar
+        scores[split] = zero.score
+    return scores
+
+
+def _no_better(result, zero_score):
+    if result.status == Status.OK:
+        assert result.score <= zero_score + 1e-12, result
+    else:
+        assert result.error and len(result.error.strip()) > 10
+
+
+@pytest.mark.parametrize("name, code", [("patch scoring", PATCH_SCORING), ("patch numpy", PATCH_NUMPY)])
+@pytest.mark.parametrize("split", ["search", "heldout"])
+def test_patching_the_candidate_process_changes_nothing_trusted(evaluator, honest, name, code, split):
+    result = evaluator.evaluate(name, code, split)
+    _no_better(result, honest[split])
+
+
+def test_forged_frames_are_rejected(evaluator, honest):
+    result = evaluator.evaluate("forge", FORGE_FRAME, "search")
+    _no_better(result, honest["search"])
+    assert result.status == Status.INVALID and "action array" in result.error
+
+
+def test_heldout_data_and_project_are_out_of_reach(evaluator, honest, monkeypatch):
+    monkeypatch.setenv("ATOLL_HELDOUT_SECRET", "s3cr3t-heldout-seed")
+    result = evaluator.evaluate("snoop", SNOOP.replace("PROJECT", repr(ROOT)), "heldout")
+    assert result.status == Status.FAILED and "snooped:" in result.error
+    for leak in ("s3cr3t", "inventory.py", "inventory_dp", "environ:", "memory:", "maps:", "open files:",
+                 "project:", "files:"):
+        assert leak not in result.error, result.error
+
+
+def test_nothing_written_in_one_evaluation_is_seen_by_the_next(evaluator, honest):
+    code = REMEMBER.replace("PROJECT", repr(ROOT))
+    first = evaluator.evaluate("remember", code, "search")
+    second = evaluator.evaluate("remember", code, "search")
+    assert first.status == second.status == Status.OK
+    assert second.score == pytest.approx(first.score) and second.score <= honest["search"] + 1e-12
+    assert not os.path.exists(os.path.join(ROOT, "atoll_note"))
+
+
+@pytest.mark.parametrize("code, status, needle", [
+    (NAN, Status.INVALID, "not finite"), (NEGATIVE, Status.INVALID, ">= 0"), (HUGE, Status.OK, "")])
+def test_bad_orders_get_a_status_or_an_honest_score(evaluator, honest, code, status, needle):
+    result = evaluator.evaluate("bad", code, "search")
+    assert result.status == status
+    if status == Status.OK:
+        assert result.score <= honest["search"]  # clipped to max_order: it pays to hold the stock
+    else:
+        assert needle in result.error and "instance" in result.error

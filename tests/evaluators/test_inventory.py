@@ -1,0 +1,171 @@
+"""The inventory domain: exact figures, common random numbers, tuning, validation, splits."""
+import numpy as np
+import pytest
+
+from evaluators import inventory_dp
+from evaluators._base import CandidateError
+from evaluators.config import SandboxConfig
+from evaluators.evaluator import Evaluator
+from evaluators.inventory import BASELINES, Block, InstanceSpec, base_stock_policy
+from evaluators.params import read_params
+from evaluators.registry import get_domain
+from store.records import Status
+
+POISSON_L1 = {"lead_time": 1, "penalty": 4, "demand": "poisson"}
+POISSON_L2 = {"lead_time": 2, "penalty": 4, "demand": "poisson"}
+TINY = {"search_instances": [POISSON_L1, {"lead_time": 2, "penalty": 19, "demand": "poisson"}],
+        "heldout_instances": [{"lead_time": 3, "penalty": 9, "demand": "geometric"}],
+        "search_periods": 60, "heldout_periods": 100, "warmup": 20, "search_trajectories": 2,
+        "heldout_trajectories": 4, "tune_trials": 4, "tune_batch": 2}
+
+
+def in_process(code):
+    """Run a trusted test program directly (the domain only ever sees a PolicyFn)."""
+    namespace = {}
+    exec(code, namespace)
+    fn = namespace["policy"]
+    return lambda batches: [fn(state, params) for state, params in batches]
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATOLL_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.mark.parametrize("lead, optimum, base_stock, levels", [
+    (1, 4.04, 4.161, range(10, 15)), (2, 4.40, 4.637, range(14, 19))])
+def test_dp_reproduces_zipkin_poisson_p4(lead, optimum, base_stock, levels):
+    assert inventory_dp.solve("poisson", 5.0, lead, 4.0).cost == pytest.approx(optimum, abs=0.006)
+    best = min(inventory_dp.base_stock_cost("poisson", 5.0, lead, 4.0, s) for s in levels)
+    assert best == pytest.approx(base_stock, abs=0.003)
+
+
+@pytest.mark.parametrize("spec, level", [(POISSON_L1, 12), (POISSON_L2, 16)])
+def test_simulator_agrees_with_the_exact_chain(spec, level):
+    domain = get_domain("inventory", warmup=100)
+    inst = InstanceSpec(**spec)
+    demand = np.random.default_rng(3).poisson(5.0, size=(64, 2100))
+    block = Block(inst, demand, {"level": np.full(64, float(level))})
+    cost = domain.simulator.run(base_stock_policy, [block], warmup=100)[0].cost
+    exact = inventory_dp.base_stock_cost("poisson", 5.0, inst.lead_time, 4.0, level)
+    assert abs(cost.mean() - exact) < 4 * cost.std(ddof=1) / np.sqrt(len(cost))
+
+
+def test_dp_is_cached_on_disk(tmp_path):
+    first = inventory_dp.cached_solve("poisson", 5.0, 1, 9.0)
+    files = list((tmp_path / "cache" / "inventory_dp").glob("*.json"))
+    assert len(files) == 1 and "poisson-mu5-L1-p9" in files[0].name
+    assert inventory_dp.cached_solve("poisson", 5.0, 1, 9.0) == first
+    with pytest.raises(ValueError, match="lead times"):
+        inventory_dp.solve("poisson", 5.0, inventory_dp.MAX_LEAD + 1, 4.0)
+
+
+def test_same_policy_twice_costs_exactly_the_same():
+    domain = get_domain("inventory", **TINY)
+    code = BASELINES["capped base-stock"]
+    first = domain.evaluate(in_process(code), read_params(code), "search")
+    second = domain.evaluate(in_process(code), read_params(code), "search")
+    assert first.metrics == second.metrics and first.score == second.score
+
+
+def test_every_policy_sees_the_same_demand():
+    domain = get_domain("inventory", **TINY)
+    spec = domain.instances("search")[0]
+    assert np.array_equal(domain.tuning_demand(spec), domain.tuning_demand(spec))
+    zero = domain.evaluate(in_process("def policy(state, params):\n    return 0"), {}, "search")
+    lost_all = zero.metrics["instances"][spec.key]
+    assert lost_all["fill_rate"] == 0.0
+    assert lost_all["cost"] == pytest.approx(spec.penalty * domain.tuning_demand(spec)[:, 20:].mean())
+
+
+def test_tuned_capped_base_stock_beats_optimized_base_stock():
+    domain = get_domain("inventory", search_instances=[{"lead_time": 4, "penalty": 4, "demand": "poisson"}],
+                        search_periods=300, tune_trials=96, tune_batch=32)
+    scores = {name: domain.evaluate(in_process(BASELINES[name]), read_params(BASELINES[name]), "search").score
+              for name in ("optimized base-stock", "capped base-stock")}
+    assert scores["optimized base-stock"] == pytest.approx(-1.0, abs=0.01)
+    assert scores["capped base-stock"] < 0 and scores["capped base-stock"] > scores["optimized base-stock"] + 0.02
+
+
+@pytest.mark.parametrize("body, needle", [
+    ("return np.full(state['on_hand'].shape, np.nan)", "not finite"),
+    ("return -np.ones(state['on_hand'].shape)", ">= 0"),
+    ("return np.ones(len(state['on_hand']) + 1)", "expected"),
+    ("return np.ones((len(state['on_hand']), 2))", "shape"),
+])
+def test_bad_orders_are_invalid_with_a_reason(body, needle):
+    domain = get_domain("inventory", **TINY)
+    code = f"import numpy as np\ndef policy(state, params):\n    {body}"
+    with pytest.raises(CandidateError) as caught:
+        domain.evaluate(in_process(code), {}, "search")
+    assert caught.value.status == Status.INVALID and needle in caught.value.reason
+    assert "instance poisson-L1-p4, period 0" in caught.value.reason
+
+
+def test_orders_are_rounded_and_clipped():
+    domain = get_domain("inventory", **dict(TINY, max_order=7))
+    huge = domain.evaluate(in_process("def policy(state, params):\n    return 1e12"), {}, "search")
+    assert all(v["mean_order"] == 7.0 for v in huge.metrics["instances"].values())
+    half = domain.evaluate(in_process("def policy(state, params):\n    return 4.6"), {}, "search")
+    assert all(v["mean_order"] == 5.0 for v in half.metrics["instances"].values())
+
+
+def test_heldout_uses_other_instances_and_fresh_seeds(monkeypatch):
+    domain = get_domain("inventory")
+    search, heldout = domain.instances("search"), domain.instances("heldout")
+    assert not {s.key for s in search} & {s.key for s in heldout}
+    assert {s.lead_time for s in heldout} - {s.lead_time for s in search}
+    assert {s.demand for s in heldout} - {s.demand for s in search}
+    tiny = get_domain("inventory", **TINY)
+    spec = tiny.instances("heldout")[0]
+    fresh, tuning = tiny.heldout_demand(spec), tiny.tuning_demand(spec)
+    assert not np.array_equal(fresh[:, :tuning.shape[1]][:len(tuning)], tuning)
+    calls = []
+    real = type(tiny).heldout_demand
+    monkeypatch.setattr(type(tiny), "heldout_demand", lambda self, s: calls.append(s.key) or real(self, s))
+    code = BASELINES["optimized base-stock"]
+    out = tiny.evaluate(in_process(code), read_params(code), "search")
+    assert calls == [] and set(out.metrics["instances"]) == {s.key for s in tiny.instances("search")}
+    out = tiny.evaluate(in_process(code), read_params(code), "heldout")
+    assert spec.key in calls and set(out.metrics["instances"]) == {spec.key}
+
+
+def test_seeds_must_differ():
+    with pytest.raises(ValueError, match="heldout_seed"):
+        get_domain("inventory", search_seed=3, heldout_seed=3)
+
+
+def test_seed_program_through_the_real_evaluator_and_sandbox():
+    evaluator = Evaluator("inventory", TINY, SandboxConfig(wall_s=60))
+    domain = evaluator.domain
+    result = evaluator.evaluate("seed", domain.seed_program, "search")
+    assert result.status == Status.OK, result.error
+    direct = domain.evaluate(in_process(domain.seed_program), read_params(domain.seed_program), "search")
+    assert result.score == direct.score and result.metrics == direct.metrics
+    assert -2.0 < result.score <= -0.95
+    assert set(result.tuned_params) == {"level"} and len(result.descriptors) == 2
+    assert len(result.instance_scores) == 2
+    inst = result.metrics["instances"]["poisson-L1-p4"]
+    assert len(inst["trajectory_costs"]) == 2 and 0 < inst["fill_rate"] <= 1
+    held = evaluator.evaluate("seed", domain.seed_program, "heldout")
+    assert held.status == Status.OK and len(held.metrics["instances"]["geometric-L3-p9"]["trajectory_costs"]) == 4
+
+
+def test_every_motif_applied_to_the_seed_gives_a_runnable_policy():
+    from workers.ast_ops import Motif, OpContext, insert_motif
+
+    domain = get_domain("inventory", **TINY)
+    for name, template, params in domain.motifs():
+        ctx = OpContext("policy", np.random.default_rng(0), motifs=(Motif(name, template, params),))
+        child = insert_motif(domain.seed_program, ctx)
+        out = domain.evaluate(in_process(child), read_params(child), "search")
+        assert np.isfinite(out.score) and out.score < 0, name
+        assert set(out.tuned_params) == set(read_params(child)), name
+
+
+def test_a_parameter_with_an_empty_range_is_simply_held():
+    domain = get_domain("inventory", **TINY)
+    code = 'import numpy as np\nPARAMS = {"level": (14.0, 14.0, 14.0)}\n' + \
+        'def policy(state, params):\n    return np.maximum(params["level"] - state["on_hand"] - state["pipeline"].sum(axis=1), 0)\n'
+    out = domain.evaluate(in_process(code), read_params(code), "search")
+    assert out.tuned_params == {"level": 14.0}
