@@ -1,12 +1,13 @@
-"""Per-candidate framework overhead and the cost of the policy channel.
+"""Framework overhead per candidate: a no-op program's whole sandbox life.
 
-    python benchmarks/sandbox_overhead.py
+    python3 benchmarks/sandbox_overhead.py [--candidates N]
 
-Prints: median ms to start a sandboxed process, load a no-op program, answer one
-batch and tear it all down; median us per round trip; and one default inventory
-search-split evaluation through the sandbox against the same evaluation with the
-policy called in-process (trusted seed program only).
+Prints the median ms to fork a sandboxed process from the warm fork server,
+isolate it, load a no-op program, answer one batch and tear it all down (the
+fork server's own one-off start is shown apart). The channel's per-round-trip
+cost and a whole inventory evaluation are in benchmarks/channel_overhead.py.
 """
+import argparse
 import statistics
 import sys
 import time
@@ -22,51 +23,27 @@ from evaluators.sandbox import PolicyProcess  # noqa: E402
 NOOP = "def policy(state, params):\n    return state['x']\n"
 
 
-def spawn_ms(n=30):
+def lifetimes_ms(n: int) -> list[float]:
     times = []
     for _ in range(n):
-        t = time.perf_counter()
+        start = time.perf_counter()
         with PolicyProcess(NOOP, "policy", SandboxConfig()) as proc:
             proc([({"x": np.zeros(4)}, {})])
-        times.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(times)
+            held = proc.protections
+        times.append((time.perf_counter() - start) * 1e3)
+    print(f"protections in force: {', '.join(held)}")
+    return times
 
 
-def round_trip_us(n=3000, size=192):
-    batch = [({"x": np.zeros(size), "y": np.zeros((size, 3))}, {"S": np.zeros(size)})]
-    with PolicyProcess(NOOP, "policy", SandboxConfig()) as proc:
-        for _ in range(100):
-            proc(batch)
-        t = time.perf_counter()
-        for _ in range(n):
-            proc(batch)
-        return (time.perf_counter() - t) / n * 1e6
-
-
-def inventory_evaluation():
-    from evaluators.params import read_params
-    from evaluators.registry import get_domain
-
-    domain = get_domain("inventory")
-    code = domain.seed_program
-    params = read_params(code)
-    module = {}
-    exec(compile(code, "<trusted seed>", "exec"), module)  # trusted: the project's own seed
-    fn = module[domain.entry_point]
-    t = time.perf_counter()
-    domain.evaluate(lambda batches: [np.asarray(fn(s, p)) for s, p in batches], params, "search")
-    in_process = time.perf_counter() - t
-    t = time.perf_counter()
-    with PolicyProcess(code, domain.entry_point, SandboxConfig()) as proc:
-        domain.evaluate(proc, params, "search")
-        calls = proc.calls
-    sandboxed = time.perf_counter() - t
-    return in_process, sandboxed, calls
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--candidates", type=int, default=50, help="no-op candidates to time")
+    args = parser.parse_args()
+    first, *rest = lifetimes_ms(args.candidates + 1)
+    print(f"first candidate (starts the fork server): {first:.1f} ms")
+    print(f"no-op candidate, fork + isolate + load + 1 batch + teardown: median {statistics.median(rest):.1f} ms "
+          f"(p90 {np.percentile(rest, 90):.1f} ms, {len(rest)} candidates)")
 
 
 if __name__ == "__main__":
-    print(f"sandboxed no-op candidate, start + load + 1 batch + teardown: median {spawn_ms():.1f} ms")
-    print(f"policy channel round trip (192 states): {round_trip_us():.0f} us")
-    inproc, sandboxed, calls = inventory_evaluation()
-    print(f"default inventory search evaluation: in-process policy {inproc:.2f} s, "
-          f"sandboxed {sandboxed:.2f} s ({calls} round trips, +{(sandboxed / inproc - 1) * 100:.0f}%)")
+    main()
