@@ -144,20 +144,25 @@ class Search:
         start = time.monotonic()
         progress = Progress(self, self.config.run.max_evals, self.config.run.max_wall_s)
         last_commit = last_publish = time.monotonic()
+        drain_until = None
         status = "completed"
         try:
             with progress:
                 while True:
-                    searching = time.monotonic() - start < self.config.run.max_wall_s
+                    now = time.monotonic()
+                    searching = now - start < self.config.run.max_wall_s
+                    if not searching and drain_until is None:
+                        # out of wall time: submit nothing more, let what runs finish and commit
+                        drain_until = now + self.config.evaluator.sandbox.wall_s + 5
+                        status = "wall-time" if self._budget_left() > 0 else status
                     self._fill(searching)
                     if not self.pending:
                         break
                     ready, _ = ray.wait(list(self.pending), num_returns=1, timeout=0.5)
                     for ref in ready:
                         self._handle(ref, *self.pending.pop(ref))
-                    if not searching and not ready:
+                    if drain_until is not None and time.monotonic() > drain_until:
                         self._cancel_all()
-                        status = "wall-time"
                     now = time.monotonic()
                     if now - last_commit >= self.config.controller.commit_every_s:
                         self.commit()
@@ -178,8 +183,12 @@ class Search:
     seed_error = ""
 
     def _cancel_all(self) -> None:
+        """Drop in-flight work; it was never committed, so a resume redoes it."""
         for ref in list(self.pending):
-            ray.cancel(ref, force=True)
+            try:
+                ray.cancel(ref)  # actor tasks cannot be force-cancelled; a queued one is dropped
+            except Exception:  # noqa: BLE001  cancelling is best effort, the results are discarded
+                pass
         self.pending.clear()
 
     # --- results ------------------------------------------------------------

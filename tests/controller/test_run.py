@@ -109,3 +109,14 @@ def test_query_answers_during_a_live_run_and_refuses_writes(tmp_path):
 def test_bad_input_gets_one_line_and_exit_2(atoll_cli, args, needle):
     out = atoll_cli(*args, check=False)
     assert out.returncode == 2 and needle in out.stderr and "Traceback" not in out.stderr
+
+
+def test_wall_time_budget_ends_the_run_cleanly(atoll_cli, tmp_path):
+    run_dir = tmp_path / "run"
+    TIMED = [x if x != "run.max_wall_s=240" else "run.max_wall_s=6" for x in TINY]
+    out = atoll_cli("run", "configs/inventory.toml", "--run-dir", str(run_dir), "--max-evals", "400",
+                    "--no-report", *TIMED)
+    assert "search wall-time" in out.stdout and "Traceback" not in out.stderr
+    count, distinct = _counts(run_dir)
+    assert 1 <= count < 400 and count == distinct
+    assert "wall-time" in atoll_cli("status", str(run_dir)).stdout
