@@ -75,7 +75,7 @@ class Search:
             return None
 
     def _snapshot(self) -> bytes:
-        rows = len(self.archive.programs_with_scores(self.run_id, "search"))
+        rows = self.archive.count_evaluations(self.run_id, "search")
         return msgpack.packb({"rows": rows, "islands": self.islands.to_msgpack()})
 
     # --- actors -------------------------------------------------------------
@@ -263,7 +263,8 @@ class Search:
             return
         stat = self.stats[candidate.mutator]
         stat[0] += 1
-        parent = max((self.scores.get(p) or float("-inf") for p in candidate.parent_ids), default=float("-inf"))
+        known = [self.scores.get(p) for p in candidate.parent_ids]
+        parent = max((score for score in known if score is not None), default=float("-inf"))
         stat[1] += int(result.status == Status.OK and result.score > parent)
 
     def _on_heldout(self, candidate: Candidate, result: EvalResult) -> None:

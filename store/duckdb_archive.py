@@ -64,7 +64,16 @@ _FLOATS = pa.list_(pa.float64())
 
 
 class DuckDBArchive:
-    """A run directory's archive. Open read-write in the driver only."""
+    """A run directory's archive. Open read-write in the driver only.
+
+    What callers may rely on:
+    - Each write method is one transaction: the whole batch lands, or none of it.
+    - A program is stored once: recording a stored program id again keeps the first
+      row (and its `seq`). An evaluation is kept per (program, split), and a later
+      one for the same key replaces it (INSERT OR REPLACE): the latest measurement wins.
+    - What the reads return (dicts, tuples, bytes) is a copy, detached from the file.
+    - One connection, no lock of its own: use an archive from one thread at a time.
+    """
 
     def __init__(self, path: str | Path, read_only: bool = False):
         self.path = Path(path)
@@ -198,7 +207,7 @@ class DuckDBArchive:
                 "code": [c.code for c in fresh], "code_hash": [c.code_hash for c in fresh],
                 "mutator": [c.mutator for c in fresh], "created_at": [float(c.created_at) for c in fresh],
                 "seq": pa.array(range(start, start + len(fresh)), pa.int64())}))
-            edges = [(c.program_id, p, c.run_id) for c in fresh for p in c.parent_ids]
+            edges = [(c.program_id, p, c.run_id) for c in fresh for p in dict.fromkeys(c.parent_ids)]
             if edges:
                 self._insert("lineage", pa.table({"child_id": [e[0] for e in edges],
                                                   "parent_id": [e[1] for e in edges],
@@ -296,7 +305,10 @@ class DuckDBArchive:
         dest = Path(dest)
         self.con.execute("CHECKPOINT")
         tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-        subprocess.run(["cp", "--", str(self.path), str(tmp)], check=True, stdin=subprocess.DEVNULL,
-                       capture_output=True)
-        os.replace(tmp, dest)
+        try:
+            subprocess.run(["cp", "--", str(self.path), str(tmp)], check=True, stdin=subprocess.DEVNULL,
+                           capture_output=True)
+            os.replace(tmp, dest)
+        finally:
+            tmp.unlink(missing_ok=True)
         return time.perf_counter() - start

@@ -112,3 +112,67 @@ def test_publishing_keeps_the_writers_lock(archive, tmp_path):
     probe = subprocess.run([sys.executable, "-c", "import duckdb, sys; duckdb.connect(sys.argv[1], read_only=True)",
                             str(archive.path)], capture_output=True, text=True)
     assert probe.returncode != 0 and "lock" in probe.stderr
+
+
+def test_recording_a_stored_program_again_keeps_it_once(archive):
+    archive.record([(cand("a", mutator="seed", gen=0), ok("a", -1.0))])
+    archive.record([(cand("b", ["a", "a"]), ok("b", -0.9))])
+    archive.record([(cand("b", ["a"], code="other code"), ok("b", -0.8)), (cand("c", ["b"]), ok("c", -0.7))])
+    rows = archive.programs_with_scores("r1")
+    assert [(r["program_id"], r["score"]) for r in rows] == [("a", -1.0), ("b", -0.8), ("c", -0.7)]
+    assert "other code" not in {r["code"] for r in rows}
+    seqs = archive.con.execute("SELECT program_id, seq FROM programs ORDER BY seq").fetchall()
+    assert [pid for pid, _ in seqs] == ["a", "b", "c"] and len({s for _, s in seqs}) == 3
+    assert archive.con.execute("SELECT count(*) FROM lineage WHERE child_id = 'b'").fetchone()[0] == 1
+
+
+def test_views_on_a_small_lineage(archive):
+    # a (seed) -> b -> c; d has parents c and a (a short cut); e failed; base is a baseline
+    archive.record([(cand("a", mutator="seed", gen=0), ok("a", -1.0))])
+    archive.record([(cand("b", ["a"]), ok("b", -0.8)), (cand("c", ["b"], island=1), ok("c", -0.9))])
+    archive.record([(cand("d", ["c", "a"], mutator="embedded:crossover"), ok("d", -0.85)),
+                    (cand("e", ["b"]), EvalResult("e", "search", Status.FAILED, error="boom"))])
+    archive.record([(cand("base", island=-1, gen=0, mutator="baseline:optimized"), ok("base", 0.0, "heldout"))])
+    archive.record_evaluations([ok("b", -0.75, "heldout")], "r1")
+    sql = lambda q: archive.con.execute(q).fetchall()  # noqa: E731
+    assert sql("SELECT depth, program_id FROM lineage_of('d')") == [(0, "d"), (1, "a"), (1, "c"), (2, "b")]
+    assert sql("SELECT program_id, depth FROM lineage_of('a')") == [("a", 0)]
+    assert sql("SELECT mutator, attempts, ok, improvements, success_rate FROM mutator_success ORDER BY mutator") == [
+        ("embedded:crossover", 1, 1, 1, 1.0), ("embedded:perturb_const", 3, 2, 1, 0.3333)]
+    assert archive.operator_stats("r1") == {"embedded:crossover": (1, 1), "embedded:perturb_const": (3, 1)}
+    assert sql("SELECT island, program_id, best_so_far FROM best_per_island ORDER BY island, seq") == [
+        (0, "a", -1.0), (0, "b", -0.8), (0, "d", -0.8), (1, "c", -0.9)]
+    assert sql("SELECT program_id, search_status, search_score, heldout_score FROM program_scores "
+               "WHERE program_id IN ('b', 'e', 'base') ORDER BY seq") == [
+        ("b", "OK", -0.8, -0.75), ("e", "FAILED", None, None), ("base", None, None, 0.0)]
+
+
+def test_read_only_opens_apply_no_migration(tmp_path):
+    path = tmp_path / "archive.duckdb"
+    with DuckDBArchive(path) as a:  # make it look like an archive from before migration 2
+        a.con.execute("DELETE FROM schema_version WHERE version = 2")
+        a.con.execute("DROP VIEW mutator_success")
+    with DuckDBArchive(path, read_only=True) as a:
+        assert a.schema_versions() == [1]
+        with pytest.raises(duckdb.CatalogException):
+            a.operator_stats("r1")
+    with DuckDBArchive(path) as a:
+        assert a.schema_versions() == [1, 2] and a.operator_stats("r1") == {}
+
+
+def test_another_process_reads_the_snapshot_while_the_writer_holds_the_archive(archive, tmp_path):
+    import subprocess
+    import sys
+
+    snapshot = tmp_path / "archive.snapshot.duckdb"
+    count = [sys.executable, "-c", "import duckdb, sys; "
+             "print(duckdb.connect(sys.argv[1], read_only=True).execute('SELECT count(*) FROM programs').fetchone()[0])"]
+    archive.record([(cand("a", mutator="seed", gen=0), ok("a", -1.0))])
+    archive.publish_snapshot(snapshot)
+    assert subprocess.run(count + [str(snapshot)], capture_output=True, text=True).stdout.strip() == "1"
+    archive.record([(cand("b", ["a"]), ok("b", -0.9))])
+    archive.publish_snapshot(snapshot)
+    assert subprocess.run(count + [str(snapshot)], capture_output=True, text=True).stdout.strip() == "2"
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+    archive.record([(cand("c", ["b"]), ok("c", -0.8))])  # still the writer
+    assert len(archive.programs_with_scores("r1")) == 3

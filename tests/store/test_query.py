@@ -1,15 +1,33 @@
-"""`run_query`: read-only, clear errors, no access to other files."""
+"""`run_query`: read-only, clear errors, no access to other files, a live run's snapshot."""
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from store.duckdb_archive import DuckDBArchive
 from store.query import QueryError, run_query
 
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _new_run_dir(path):
+    with DuckDBArchive(path / "archive.duckdb") as a:
+        a.create_run("r1", {"run": {"name": "t"}})
+    return path
+
 
 @pytest.fixture()
 def run_dir(tmp_path):
-    with DuckDBArchive(tmp_path / "archive.duckdb") as a:
-        a.create_run("r1", {"run": {"name": "t"}})
-    return tmp_path
+    return _new_run_dir(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def shared_run_dir(tmp_path_factory):
+    """For tests that only read (or must fail to write): one archive for all of them."""
+    return _new_run_dir(tmp_path_factory.mktemp("run"))
 
 
 def test_select_answers_without_a_note(run_dir):
@@ -17,21 +35,84 @@ def test_select_answers_without_a_note(run_dir):
     assert cols == ["run_id", "status"] and rows == [("r1", "created")] and note is None
 
 
-@pytest.mark.parametrize("sql", ["DELETE FROM runs", "CREATE TABLE t (a INT)", "UPDATE runs SET status = 'x'",
-                                 "DROP VIEW mutator_success"])
-def test_writes_are_refused(run_dir, sql):
+@pytest.mark.parametrize("sql", [
+    "DESCRIBE runs", "SHOW TABLES", "SUMMARIZE runs", "PRAGMA table_info('runs')", "EXPLAIN SELECT * FROM runs",
+    "FROM lineage_of('x')", "SELECT * FROM mutator_success", "WITH r AS (SELECT 1 AS n) SELECT n FROM r"])
+def test_reads_of_every_kind_answer(shared_run_dir, sql):
+    cols, rows, note = run_query(shared_run_dir, sql)
+    assert cols and note is None
+
+
+def test_several_statements_answer_with_the_last(run_dir):
+    assert run_query(run_dir, "SELECT 1 AS a; SELECT 2 AS b")[:2] == (["b"], [(2,)])
+
+
+@pytest.mark.parametrize("sql", [
+    "DELETE FROM runs", "CREATE TABLE t (a INT)", "UPDATE runs SET status = 'x'", "DROP VIEW mutator_success",
+    "INSERT INTO runs SELECT * FROM runs", "CREATE TEMP TABLE t AS SELECT 1", "CREATE MACRO m() AS 1",
+    "SET threads = 1", "SET VARIABLE x = 1", "RESET threads", "PRAGMA enable_profiling", "INSTALL httpfs",
+    "LOAD httpfs", "ATTACH 'other.duckdb' AS other", "COPY runs TO 'out.csv'", "EXPORT DATABASE 'dump'",
+    "CHECKPOINT", "CALL pragma_table_info('runs')", "EXPLAIN ANALYZE DELETE FROM runs", "VACUUM",
+    "SELECT 1; DELETE FROM runs", "WITH r AS (SELECT 1) DELETE FROM runs", "BEGIN", "USE memory"])
+def test_writes_are_refused(shared_run_dir, sql):
     with pytest.raises(QueryError, match="read-only"):
-        run_query(run_dir, sql)
-    assert run_query(run_dir, "SELECT status FROM runs")[1] == [("created",)]
+        run_query(shared_run_dir, sql)
+    assert run_query(shared_run_dir, "SELECT status FROM runs")[1] == [("created",)]
+    assert sorted(p.name for p in shared_run_dir.iterdir()) == ["archive.duckdb"]
 
 
 def test_other_files_are_out_of_reach(run_dir):
-    with pytest.raises(QueryError, match="disabled"):
+    with pytest.raises(QueryError, match="read-only.*disabled"):
         run_query(run_dir, "SELECT * FROM read_csv('/etc/passwd')")
 
 
-def test_bad_sql_and_bad_directory(run_dir, tmp_path):
-    with pytest.raises(QueryError, match="syntax error"):
+def test_bad_sql_gets_duckdbs_first_line(run_dir):
+    with pytest.raises(QueryError) as parse:
         run_query(run_dir, "SELEC 1")
+    assert str(parse.value) == 'Parser Error: syntax error at or near "SELEC"'
+    with pytest.raises(QueryError) as bind:
+        run_query(run_dir, "SELECT * FROM no_such_table")
+    assert str(bind.value).startswith("Catalog Error: Table with name no_such_table does not exist")
+    assert "\n" not in str(bind.value)
+    with pytest.raises(QueryError, match="no SQL statement"):
+        run_query(run_dir, "  ;  ")
+
+
+def test_not_a_run_directory(tmp_path):
     with pytest.raises(QueryError, match="not a run directory"):
         run_query(tmp_path / "absent", "SELECT 1")
+    with pytest.raises(QueryError, match="not a run directory"):
+        run_query(tmp_path, "SELECT 1")
+
+
+WRITER = """
+import sys
+from store.duckdb_archive import DuckDBArchive
+with DuckDBArchive(sys.argv[1]) as archive:
+    archive.create_run("r2", {}, "")
+    print("ready", flush=True)
+    for line in sys.stdin:
+        archive.publish_snapshot(sys.argv[2])
+        print("published", flush=True)
+"""
+
+
+def test_a_live_run_is_answered_from_its_snapshot(run_dir):
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(run_dir / "archive.duckdb"),
+                               str(run_dir / "archive.snapshot.duckdb")], cwd=ROOT, text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    try:
+        assert writer.stdout.readline().strip() == "ready"
+        with pytest.raises(QueryError, match="live run that has not published a snapshot"):
+            run_query(run_dir, "SELECT count(*) FROM runs")
+        writer.stdin.write("publish\n")
+        writer.stdin.flush()
+        assert writer.stdout.readline().strip() == "published"
+        cols, rows, note = run_query(run_dir, "SELECT run_id FROM runs ORDER BY run_id")
+        assert rows == [("r1",), ("r2",)] and re.fullmatch(r"live run: .* \d+\.\d s old", note)
+        with pytest.raises(QueryError, match="read-only"):
+            run_query(run_dir, "DELETE FROM runs")
+    finally:
+        writer.stdin.close()
+        writer.wait(timeout=30)
+    assert run_query(run_dir, "SELECT count(*) FROM runs")[1:] == ([(2,)], None)
