@@ -224,7 +224,9 @@ class Search:
 
     def _on_eval(self, candidate: Candidate, result: EvalResult) -> None:
         if result.status == Status.OK and result.tuned_params:
+            proposed = candidate.code_hash  # kept, so a resume still knows this text was tried
             candidate = dataclasses.replace(candidate, code=write_params(candidate.code, result.tuned_params))
+            result = dataclasses.replace(result, metrics={**result.metrics, "proposed_hash": proposed})
             self.known.add(candidate.code_hash)
         self.results.append((candidate, result))
         self.codes[candidate.program_id] = candidate.code

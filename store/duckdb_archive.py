@@ -244,8 +244,14 @@ class DuckDBArchive:
                                 [run_id, split]).fetchall()[0][0]
 
     def known_hashes(self, run_id: str) -> set[str]:
-        return {h for (h,) in self.con.execute("SELECT code_hash FROM programs WHERE run_id = ?",
-                                               [run_id]).fetchall()}
+        """Hashes of every program text of the run: as stored, and as proposed before tuning
+        rewrote its PARAMS (kept in the evaluation's metrics as `proposed_hash`)."""
+        rows = self.con.execute(
+            "SELECT code_hash FROM programs WHERE run_id = ? UNION "
+            "SELECT json_extract_string(metrics, '$.proposed_hash') FROM evaluations "
+            "WHERE run_id = ? AND json_extract_string(metrics, '$.proposed_hash') IS NOT NULL",
+            [run_id, run_id]).fetchall()
+        return {h for (h,) in rows}
 
     def programs_with_scores(self, run_id: str, split: str = "search") -> list[dict]:
         """Programs evaluated on `split`, in commit order (baselines excluded)."""

@@ -176,3 +176,9 @@ def test_another_process_reads_the_snapshot_while_the_writer_holds_the_archive(a
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
     archive.record([(cand("c", ["b"]), ok("c", -0.8))])  # still the writer
     assert len(archive.programs_with_scores("r1")) == 3
+
+
+def test_known_hashes_include_the_text_proposed_before_tuning(archive):
+    tuned = EvalResult("t", "search", Status.OK, score=-0.9, metrics={"proposed_hash": "feedfacefeedface"})
+    archive.record([(cand("t"), tuned)])
+    assert {"feedfacefeedface", cand("t").code_hash} <= archive.known_hashes("r1")
