@@ -1,4 +1,7 @@
-"""The sandboxed side of the policy channel: run as `python -I _child.py SPEC`.
+"""The sandboxed side of the policy channel: run as `python -I _child.py --zygote FD`.
+
+That process is the fork server (`zygote`); each candidate's process is forked
+from it.
 
 Everything up to `serve()` is trusted set-up that runs before any candidate
 code is read: cut the network, hide the project and run files behind private
@@ -210,6 +213,9 @@ def zygote(sock_fd):
                     os.dup2(fds[2], 2)
                     os.close(fds[2])
                     run_candidate(spec)
+                except BaseException:  # noqa: BLE001  set-up failed: say why in the log, exit non-zero
+                    traceback.print_exc()
+                    os._exit(1)
                 finally:
                     os._exit(0)
             for fd in fds:
@@ -234,10 +240,9 @@ def zygote(sock_fd):
 
 
 def main():
-    if sys.argv[1] == "--zygote":
-        zygote(int(sys.argv[2]))
-    run_candidate(json.loads(sys.argv[1]))
-    os._exit(0)
+    if sys.argv[1:2] != ["--zygote"] or len(sys.argv) != 3:
+        sys.exit("usage: python -I _child.py --zygote FD")
+    zygote(int(sys.argv[2]))
 
 
 if __name__ == "__main__":

@@ -4,18 +4,19 @@
 process, forked in its own session from a warm, trusted fork server (a Python
 started with `-I` and a clean environment that has imported numpy and never
 runs candidate code), and talks to it over two private pipes with
-length-prefixed msgpack frames (see `wire`). The candidate never sees scoring code or data; it
-answers batches of states with actions. Every way it can misbehave (crash,
+length-prefixed msgpack frames (see `wire`). The candidate never sees scoring
+code or data; it answers batches of states with actions. Every way it can misbehave (crash,
 hang, exit, garbage) becomes a `CandidateError` with a readable reason.
 """
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
-import json
 import tempfile
 import threading
 import time
@@ -82,6 +83,8 @@ class PolicyProcess:
         self.protections: list[str] = []
         self.calls = 0
         self._pid: int | None = None
+        self._to_child = self._from_child = None  # our ends of the two pipes
+        self._log = None  # the candidate's stdout and stderr
 
     def __enter__(self) -> "PolicyProcess":
         try:
@@ -182,13 +185,13 @@ class PolicyProcess:
         return self._log.read().decode(errors="replace").strip()
 
     def close(self) -> None:
-        """Kill the process group and every process left under the sandbox uid."""
-        for fd in (getattr(self, "_to_child", None), getattr(self, "_from_child", None)):
-            try:
-                if fd is not None:
+        """Kill the process group and every process left under the sandbox uid (idempotent)."""
+        for fd in (self._to_child, self._from_child):
+            if fd is not None:
+                try:
                     os.close(fd)
-            except OSError:
-                pass
+                except OSError:
+                    pass
         self._to_child = self._from_child = None
         pid, self._pid = self._pid, None
         if pid is not None:
@@ -197,9 +200,10 @@ class PolicyProcess:
             except (ProcessLookupError, PermissionError):
                 pass
             _zygote().wait(pid, timeout=5)
-        if getattr(self, "_log", None) is not None and not self._log.closed:
+        if self._log is not None:
             kill_uid(sandbox_uid())
             self._log.close()
+            self._log = None
 
 
 class _Zygote:
@@ -209,8 +213,6 @@ class _Zygote:
     """
 
     def __init__(self):
-        import socket
-
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._proc = subprocess.Popen(
             [sys.executable, "-I", str(_CHILD), "--zygote", str(theirs.fileno())],
@@ -224,8 +226,6 @@ class _Zygote:
         return self._proc.poll() is None
 
     def _call(self, request: dict, fds: list[int] = ()) -> dict:
-        import socket
-
         with self._lock:
             socket.send_fds(self._sock, [json.dumps(request).encode()], list(fds))
             reply = self._sock.recv(1 << 16)
