@@ -89,7 +89,7 @@ def _stop_cleanly(signum, frame):
 
 
 def cmd_status(args) -> int:
-    from store.query import run_query
+    from store.query import from_snapshot
 
     run_dir = Path(args.run_dir)
     sql = ("SELECT r.run_id, r.status, r.started_at, r.ended_at, "
@@ -98,8 +98,7 @@ def cmd_status(args) -> int:
            "AND status = 'OK') AS best FROM runs r ORDER BY started_at")
     cols, rows, note = _query(run_dir, sql)
     _print_rows(cols, rows, note)
-    live = bool(note and "live" in note)
-    if not live and any(row[1] == "running" for row in rows):
+    if not from_snapshot(note) and any(row[1] == "running" for row in rows):
         console.print("no driver holds this run: it stopped without ending (crash, kill or lost machine); "
                       f"everything committed is kept. Continue with: atoll resume {run_dir}")
     return 0

@@ -39,9 +39,21 @@ def heldout_report(search, console) -> dict:
     _store(archive, run_id, programs, results)
     if best and stored is not None:
         results["evolved best"] = _as_result(stored)
-    columns, rows, notes = domain.heldout_table(results, domain.reference("heldout"))
+    reference = dict(domain.reference("heldout"), trials=search_trials(archive, run_id))
+    columns, rows, notes = domain.heldout_table(results, reference)
     _print_table(console, f"held-out split ({domain.name})", columns, rows, notes)
     return results
+
+
+def search_trials(archive, run_id: str) -> dict:
+    """How many programs the run evaluated on the search split, and the scores of those that scored.
+
+    Domains use it to correct the best's figure for selection among every trial
+    (for example the Deflated Sharpe Ratio); failed programs count as trials too.
+    """
+    scores = [row["score"] for row in archive.programs_with_scores(run_id, "search")
+              if row["status"] == Status.OK.value and row["score"] is not None]
+    return {"count": archive.count_evaluations(run_id, "search"), "search_scores": scores}
 
 
 def _store(archive, run_id, programs, results) -> None:

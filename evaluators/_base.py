@@ -71,8 +71,17 @@ class Domain(abc.ABC):
         return []
 
     def reference(self, split: str) -> dict:
-        """Reference figures for `split` (e.g. an exact optimum), for the report."""
+        """Reference figures for `split` (e.g. an exact optimum), for the report.
+
+        The held-out report adds `reference["trials"] = {"count": N, "search_scores":
+        [...]}`: how many programs the run evaluated on the search split (every
+        status) and the scores of those that scored, for selection-bias corrections.
+        """
         return {}
+
+    def sandbox_hide(self) -> tuple[str, ...]:
+        """Paths the candidate's process must not read (the domain's own data files)."""
+        return ()
 
     @abc.abstractmethod
     def heldout_table(self, results: dict[str, EvalResult], reference: dict

@@ -24,7 +24,7 @@ class Evaluator:
                  hide: tuple[str, ...] = ()):
         self.domain = get_domain(domain_name, **domain_options)
         self.sandbox = sandbox
-        self.hide = hide
+        self.hide = tuple(hide) + tuple(self.domain.sandbox_hide())
 
     def evaluate(self, program_id: str, code: str, split: str) -> EvalResult:
         start = time.monotonic()

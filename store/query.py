@@ -22,6 +22,14 @@ _READ_PRAGMAS = frozenset({"table_info", "show", "show_tables", "show_tables_exp
 _ASK = "ask with SELECT (or DESCRIBE, SHOW, SUMMARIZE, EXPLAIN, PRAGMA table_info)"
 
 
+_LIVE_NOTE = "live run: answered from its snapshot"
+
+
+def from_snapshot(note: str | None) -> bool:
+    """Whether `run_query`'s note says a live driver holds the archive (the answer came from its snapshot)."""
+    return bool(note) and note.startswith(_LIVE_NOTE)
+
+
 class QueryError(Exception):
     """Bad query or not a run directory: a one-line message for the user."""
 
@@ -50,7 +58,7 @@ def open_read_only(run_dir: str | Path):
     for _ in range(8):  # the first snapshot may be a moment away
         try:
             age = time.time() - snapshot.stat().st_mtime
-            return _connect(snapshot), f"live run: answered from its snapshot, {age:.1f} s old"
+            return _connect(snapshot), f"{_LIVE_NOTE}, {age:.1f} s old"
         except (FileNotFoundError, duckdb.Error):
             time.sleep(0.125)
     raise QueryError(f"{run_dir} is in use by a live run that has not published a snapshot yet; "

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from store.duckdb_archive import DuckDBArchive
-from store.query import QueryError, run_query
+from store.query import QueryError, from_snapshot, run_query
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -110,9 +110,15 @@ def test_a_live_run_is_answered_from_its_snapshot(run_dir):
         assert writer.stdout.readline().strip() == "published"
         cols, rows, note = run_query(run_dir, "SELECT run_id FROM runs ORDER BY run_id")
         assert rows == [("r1",), ("r2",)] and re.fullmatch(r"live run: .* \d+\.\d s old", note)
+        assert from_snapshot(note) and not from_snapshot(None)
         with pytest.raises(QueryError, match="read-only"):
             run_query(run_dir, "DELETE FROM runs")
     finally:
         writer.stdin.close()
         writer.wait(timeout=30)
     assert run_query(run_dir, "SELECT count(*) FROM runs")[1:] == ([(2,)], None)
+
+
+def test_timestamps_with_time_zones_answer(run_dir):
+    cols, rows, _ = run_query(run_dir, "SELECT now() AS t, started_at FROM runs")
+    assert rows[0][0].tzinfo is not None
