@@ -18,6 +18,13 @@ TINY_OPTIONS = {
                                         {"lead_time": 6, "penalty": 9, "demand": "poisson"}],
                   "search_periods": 50, "heldout_periods": 80, "warmup": 20, "search_trajectories": 2,
                   "heldout_trajectories": 3, "tune_trials": 4, "tune_batch": 2},
+    "control": {"search_seeds": 2, "heldout_seeds": 3, "max_steps": 40, "tune_trials": 4, "tune_batch": 2,
+                "linear_trials": 4},
+    "milp": {"search_size": "fast", "heldout_size": "fast", "search_instances": 1, "heldout_instances": 1,
+             "search_offset": 2, "heldout_offset": 4,
+             "scip_seeds": 1, "time_limit_s": 10, "reference_rules": ["scip default"]},
+    "trading": {"assets": ["SP500", "KO"], "tune_bars": 60, "test_bars": 40, "holdout_bars": 60, "max_folds": 2,
+                "tune_trials": 3},
 }
 LIMITS = SandboxConfig(wall_s=60)
 NAMES = domain_names()

@@ -1,0 +1,56 @@
+"""The control domain's held-out table: the evolved best beside every baseline."""
+from __future__ import annotations
+
+from store.records import EvalResult, Status
+
+COLUMNS = ["policy", "mean return ± SE", "min", "solved", "crashes", "timeouts", "mean length"]
+
+
+def heldout_table(config, results: dict[str, EvalResult], reference: dict):
+    rows = [_row(label, results[label]) for label in _ordered(results)]
+    return list(COLUMNS), rows, _notes(config, results, reference)
+
+
+def _ordered(results: dict) -> list[str]:
+    return sorted(results, key=lambda label: (label != "evolved best", label))
+
+
+def _row(label: str, result: EvalResult) -> tuple[str, ...]:
+    if result.status != Status.OK:
+        reason = (result.error or "").strip().splitlines()
+        return (label, f"{result.status.value}: {reason[-1][:70] if reason else 'no reason given'}",
+                "", "", "", "", "")
+    m = result.metrics
+    se = m.get("se")
+    mean = f"{m['mean_return']:.1f}" + ("" if se is None else f" ± {se:.1f}" if se >= 0.1 else f" ± {se:.2f}")
+    crashes = str(m["crashes"]) if m.get("env") == "LunarLander-v3" else "n/a"
+    timeouts = "n/a" if m.get("env") == "Pendulum-v1" else str(m["timeouts"])  # it never terminates
+    return (label, mean, f"{m['min_return']:.1f}", f"{100 * m['solved_share']:.0f}%", crashes,
+            timeouts, f"{m['mean_length']:.0f}")
+
+
+def _notes(config, results: dict, reference: dict) -> list[str]:
+    first, last = reference.get("seeds", [config.heldout_seed_start,
+                                          config.heldout_seed_start + config.heldout_seeds - 1])
+    threshold = reference.get("solved_threshold")
+    notes = [
+        f"{config.env}: {config.heldout_seeds} held-out episodes (reset seeds {first}-{last}), "
+        f"step limit {reference.get('max_steps', 'default')}. Every program's PARAMS were first re-tuned "
+        f"on the {config.search_seeds} search seeds ({config.search_seed_start}-"
+        f"{config.search_seed_start + config.search_seeds - 1}): {config.tune_trials} optuna trials "
+        "(defaults, Sobol, then elite local search), then measured once on the held-out seeds.",
+        f"linear (CMA-ES): {config.linear_trials} CMA-ES trials on the search seeds (the run's evaluation "
+        "budget when linear_trials = run.max_evals), weights in "
+        f"[-{reference.get('linear_bound', '?')}, {reference.get('linear_bound', '?')}].",
+        "mean return ± standard error over episodes; min: the worst episode; solved: share of episodes "
+        f"with return >= {threshold:g}" + ("; crashes: episodes ended by the -100 game-over" if config.env ==
+                                          "LunarLander-v3" else "") + "; timeouts: episodes cut by the step limit.",
+    ]
+    if config.env == "LunarLander-v3":
+        notes.append("gymnasium heuristic: gymnasium.envs.box2d.lunar_lander.heuristic, vectorized "
+                     "(known figure about 233 on seeds 1000-1099).")
+    trials = reference.get("trials")
+    if trials and "evolved best" in results:
+        notes.append(f"evolved best: the best of {trials.get('count', '?')} programs by search score "
+                     "(selection on the search seeds only).")
+    return notes

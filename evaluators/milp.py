@@ -1,0 +1,228 @@
+"""MILP branching: evolve SCIP's variable-selection rule, scored by solve time against SCIP's default.
+
+SCIP runs in the trusted evaluator process (`milp_scip`); the candidate only
+scores LP branching candidates, one sandbox round trip per branching decision.
+Instances come from the project's own generators (`milp_instances`, Gasse et
+al. 2019 families), cached as `.lp` files. Each instance is solved with several
+SCIP seeds under a fixed protocol (cuts at the root only, no restarts, one
+thread, a time limit).
+
+Score: minus the shifted geometric mean (shift `time_shift_s`) of solve time
+over every (instance, SCIP seed) run, divided by the same mean for SCIP's
+default rule (relpscost) on the same runs; unsolved runs count at the time
+limit. The default's runs are measured by this domain object, in the same
+process, so load conditions match: on the search split once (lazily, after the
+first program's runs, kept in memory); on the held-out split each run is by
+default re-solved with SCIP's default right after the program's run. Held-out instances (other instance seeds,
+optionally another size) are generated only inside held-out evaluations and
+reference measurements.
+"""
+from __future__ import annotations
+
+import math
+import zlib
+from typing import Literal
+
+import numpy as np
+import optuna
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from evaluators import milp_instances, milp_report
+from evaluators._base import Domain, Outcome, PolicyFn, check_split
+from evaluators.milp_programs import BASELINES, MOTIFS, SEED_PROGRAM
+from evaluators.milp_scip import BUILTIN_RULES, SolveRecord, solve
+from evaluators.params import ParamSpec
+from evaluators.registry import register
+from store.records import EvalResult
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+NODE_SHIFT = 10.0
+
+
+class MilpConfig(BaseModel):
+    """Options of the MILP branching domain (the `[domain.options]` table)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    family: Literal["setcover", "cauctions", "facility", "indset"] = Field(
+        "setcover", description="Instance family (Gasse et al. 2019 generators).")
+    search_size: str = Field("small", description="Size of search instances: fast, small, standard or large "
+                                                  "(see milp_instances.SIZES).")
+    heldout_size: str = Field("small", description="Size of held-out instances; a larger one tests transfer.")
+    search_instances: int = Field(3, ge=1, le=1000, description="Instances in the search split.")
+    heldout_instances: int = Field(5, ge=1, le=1000, description="Instances in the held-out split.")
+    search_seed: int = Field(0, ge=0, le=20_000, description="Seed of the search instances' generator streams.")
+    heldout_seed: int = Field(1, ge=0, le=20_000, description="Seed of the held-out instances' streams; must differ "
+                                                              "from search_seed.")
+    search_offset: int = Field(0, ge=0, le=99_000, description="Index of the first search instance in its stream "
+                                                               "(to pick other instances of the same stream).")
+    heldout_offset: int = Field(0, ge=0, le=99_000, description="Index of the first held-out instance in its stream.")
+    scip_seeds: int = Field(2, ge=1, le=100, description="SCIP seeds (randomization/randomseedshift 0..n-1) per "
+                                                        "instance.")
+    time_limit_s: float = Field(20.0, gt=0, le=3600, description="SCIP time limit per solve; unsolved runs count "
+                                                                "at this time.")
+    time_shift_s: float = Field(1.0, ge=0, le=100, description="Shift of the geometric mean of solve times.")
+    tune_trials: int = Field(0, ge=0, le=1000, description="Optuna trials over PARAMS on the search split (each "
+                                                          "solves every search run; 0: use the written defaults).")
+    heldout_default: Literal["paired", "cached"] = Field(
+        "paired", description="SCIP default on held-out runs: 'paired' re-solves each run with the default right "
+                              "after the program's run (same load), 'cached' measures it once per domain object.")
+    reference_rules: list[Literal["scip default", "scip pscost", "scip fullstrong"]] = Field(
+        default_factory=lambda: list(BUILTIN_RULES), description="SCIP built-in rules measured as reference rows.")
+
+    @model_validator(mode="after")
+    def _check(self):
+        sizes = milp_instances.SIZES[self.family]
+        for field in ("search_size", "heldout_size"):
+            if getattr(self, field) not in sizes:
+                raise ValueError(f"{field} {getattr(self, field)!r} is not a size of {self.family}; "
+                                 f"choose one of {', '.join(sizes)}")
+        if self.heldout_seed == self.search_seed:
+            raise ValueError("heldout_seed must differ from search_seed, or held-out instances would repeat "
+                             "search instances")
+        return self
+
+
+def sgm(values, shift: float) -> float:
+    """Shifted geometric mean: exp(mean(log(v + shift))) - shift."""
+    v = np.asarray(values, dtype=float)
+    return float(np.exp(np.mean(np.log(v + shift))) - shift)
+
+
+@register
+class Milp(Domain):
+    """Branching-variable selection in SCIP on one generated instance family."""
+
+    name = "milp"
+    config_model = MilpConfig
+
+    def __init__(self, config: MilpConfig):
+        self.config = config
+        self._builtin: dict[tuple[str, str], list[SolveRecord]] = {}
+
+    @property
+    def seed_program(self) -> str:
+        return SEED_PROGRAM
+
+    def baselines(self) -> dict[str, str]:
+        return dict(BASELINES)
+
+    def motifs(self) -> list[tuple[str, str, tuple]]:
+        return list(MOTIFS)
+
+    def sandbox_hide(self) -> tuple[str, ...]:
+        return (str(milp_instances.cache_dir()),)
+
+    # -- data -------------------------------------------------------------------------------
+
+    def labels(self, split: str) -> list[tuple[str, int]]:
+        """(label, generator seed) of each instance of `split`; nothing is generated."""
+        cfg = self.config
+        seed, size, first, count = (
+            (cfg.search_seed, cfg.search_size, cfg.search_offset, cfg.search_instances) if split == "search"
+            else (cfg.heldout_seed, cfg.heldout_size, cfg.heldout_offset, cfg.heldout_instances))
+        seeds = [seed * 100_000 + k for k in range(first, first + count)]
+        return [(f"{cfg.family}-{size}-{s}", s) for s in seeds]
+
+    def instances(self, split: str) -> list[tuple[str, str]]:
+        """(label, .lp path) of each instance of `split`, generated here on first use."""
+        size = self.config.search_size if split == "search" else self.config.heldout_size
+        return [(label, str(milp_instances.instance_path(self.config.family, size, s)))
+                for label, s in self.labels(split)]
+
+    def runs(self, split: str) -> list[tuple[str, str, int]]:
+        return [(label, path, s) for label, path in self.instances(split) for s in range(self.config.scip_seeds)]
+
+    def builtin(self, rule: str, split: str) -> list[SolveRecord]:
+        """A SCIP built-in rule's runs on `split`, measured once per domain object."""
+        if (rule, split) not in self._builtin:
+            self._builtin[(rule, split)] = [solve(path, s, self.config.time_limit_s, builtin=BUILTIN_RULES[rule])
+                                            for _, path, s in self.runs(split)]
+        return self._builtin[(rule, split)]
+
+    # -- scoring ----------------------------------------------------------------------------
+
+    def evaluate(self, policy: PolicyFn, params: dict[str, ParamSpec], split: str) -> Outcome:
+        runs = self.runs(check_split(split))
+        values = {n: p.default for n, p in params.items()}
+        if split == "search" and params and self.config.tune_trials > 0:
+            values, records = self._tune(policy, params, runs, split)
+        elif split == "heldout" and self.config.heldout_default == "paired":
+            return self._outcome(runs, *self._solve_paired(policy, values, runs), values)
+        else:
+            records = self._solve_all(policy, values, runs)
+        # measured after the program's runs, never before its first call: a program cannot
+        # load the machine while the default is timed and stop when its own runs begin
+        return self._outcome(runs, records, self.builtin("scip default", split), values)
+
+    def _solve_paired(self, policy, values, runs) -> tuple[list[SolveRecord], list[SolveRecord]]:
+        """Each run with the program, then at once with SCIP default: both under the same load."""
+        limit, records, default = self.config.time_limit_s, [], []
+        for _, path, s in runs:
+            records.append(solve(path, s, limit, policy=policy, params=values))
+            default.append(solve(path, s, limit))
+        return records, default
+
+    def _solve_all(self, policy, values, runs) -> list[SolveRecord]:
+        return [solve(path, s, self.config.time_limit_s, policy=policy, params=values) for _, path, s in runs]
+
+    def _tune(self, policy, params, runs, split):
+        """Optuna (TPE, seeded) over PARAMS; the first trial is the written defaults."""
+        seed = (self.config.search_seed * 1_000_003 + zlib.crc32(self.config.family.encode())) % 2 ** 32
+        study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed))
+        study.enqueue_trial({n: p.default for n, p in params.items()})
+        dists = {n: optuna.distributions.FloatDistribution(p.low, p.high) for n, p in params.items()}
+        best = None
+        for _ in range(self.config.tune_trials):
+            trial = study.ask(dists)
+            records = self._solve_all(policy, dict(trial.params), runs)
+            ratio = self._ratios(records, self.builtin("scip default", split))[0]
+            study.tell(trial, -ratio)
+            if best is None or ratio < best[0]:
+                best = (ratio, dict(trial.params), records)
+        return best[1], best[2]
+
+    def _ratios(self, records, default) -> tuple[float, float]:
+        shift = self.config.time_shift_s
+        time_ratio = sgm([r.time_s for r in records], shift) / max(sgm([d.time_s for d in default], shift), 1e-9)
+        node_ratio = sgm([r.nodes for r in records], NODE_SHIFT) / sgm([d.nodes for d in default], NODE_SHIFT)
+        return time_ratio, node_ratio
+
+    def _outcome(self, runs, records, default, values) -> Outcome:
+        shift = self.config.time_shift_s
+        time_ratio, node_ratio = self._ratios(records, default)
+        labels = list(dict.fromkeys(label for label, _, _ in runs))
+        per_instance = []
+        for label in labels:
+            idx = [i for i, run in enumerate(runs) if run[0] == label]
+            per_instance.append(-self._ratios([records[i] for i in idx], [default[i] for i in idx])[0])
+        total_time = sum(r.time_s for r in records)
+        calls = sum(r.calls for r in records)
+        chosen = [r.chosen_infeasibility for r in records if r.calls]
+        metrics = {"sgm_time_s": sgm([r.time_s for r in records], shift),
+                   "sgm_nodes": sgm([r.nodes for r in records], NODE_SHIFT),
+                   "time_ratio_to_default": time_ratio, "node_ratio_to_default": node_ratio,
+                   "default_sgm_time_s": sgm([d.time_s for d in default], shift),
+                   "default_sgm_nodes": sgm([d.nodes for d in default], NODE_SHIFT),
+                   "wins_vs_default": sum(r.time_s < d.time_s for r, d in zip(records, default)),
+                   "runs": len(records), "unsolved": sum(not r.solved for r in records),
+                   "policy_calls": calls, "policy_time_share": sum(r.policy_s for r in records) / max(total_time, 1e-9),
+                   "per_run": [milp_report.run_row(run, r, d) for run, r, d in zip(runs, records, default)]}
+        descriptors = (float(np.clip(math.log(node_ratio), -5.0, 5.0)),
+                       float(2.0 * np.mean(chosen)) if chosen else 0.0)
+        return Outcome(score=-time_ratio, metrics=metrics, instance_scores=tuple(per_instance),
+                       descriptors=descriptors, tuned_params=dict(values))
+
+    # -- reports ----------------------------------------------------------------------------
+
+    def reference(self, split: str) -> dict:
+        """SCIP's built-in rules on `split`, measured here: per-run times and nodes, per rule."""
+        runs = self.runs(check_split(split))
+        return {"rules": {rule: [milp_report.run_row(run, r, d) for run, r, d in
+                                 zip(runs, self.builtin(rule, split), self.builtin("scip default", split))]
+                          for rule in self.config.reference_rules},
+                "time_shift_s": self.config.time_shift_s, "time_limit_s": self.config.time_limit_s}
+
+    def heldout_table(self, results: dict[str, EvalResult], reference: dict):
+        return milp_report.heldout_table(self.config, [label for label, _ in self.labels("heldout")],
+                                         results, reference)

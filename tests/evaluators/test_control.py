@@ -1,0 +1,160 @@
+"""The control domain: gymnasium's heuristic reproduced, determinism, validation, lockstep, tuning."""
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.envs.box2d.lunar_lander import heuristic
+
+from evaluators._base import CandidateError
+from evaluators.config import SandboxConfig
+from evaluators.control_programs import LANDER_HEURISTIC
+from evaluators.evaluator import Evaluator
+from evaluators.params import read_params
+from evaluators.registry import get_domain
+from evaluators.sandbox import PolicyProcess
+from store.records import Status
+
+LIMITS = SandboxConfig(wall_s=60)
+SHORT = {"search_seeds": 3, "heldout_seeds": 4, "max_steps": 60, "tune_trials": 4, "tune_batch": 2,
+         "linear_trials": 4}
+
+
+def in_process(code):
+    """Run a trusted test program directly (the domain only ever sees a PolicyFn)."""
+    namespace = {}
+    exec(code, namespace)
+    fn = namespace["act"]
+    return lambda batches: [fn(obs, params) for obs, params in batches]
+
+
+def test_heuristic_program_matches_gymnasium_step_by_step():
+    env = gym.make("LunarLander-v3")
+    with PolicyProcess(LANDER_HEURISTIC, "act", LIMITS) as policy:
+        for seed in (1000, 1001, 1002):
+            obs, _ = env.reset(seed=seed)
+            done, steps = False, 0
+            while not done:
+                ours = int(policy([(obs[None, :].astype(np.float32), {})])[0][0])
+                assert ours == heuristic(env, obs), (seed, steps)
+                obs, _, term, trunc, _ = env.step(ours)
+                done, steps = term or trunc, steps + 1
+            assert steps > 50
+
+
+def test_heuristic_reproduces_gymnasium_mean_on_heldout_seeds():
+    """Held-out seeds 1000-1099: the known figure is 233.5 (min -169)."""
+    evaluator = Evaluator("control", {"linear_trials": 1}, LIMITS)
+    result = evaluator.evaluate("heuristic", LANDER_HEURISTIC, "heldout")
+    assert result.status == Status.OK, result.error
+    env, own = gym.make("LunarLander-v3"), []
+    for seed in range(1000, 1100):
+        obs, _ = env.reset(seed=seed)
+        total, done = 0.0, False
+        while not done:
+            obs, reward, term, trunc, _ = env.step(heuristic(env, obs))
+            total, done = total + reward, term or trunc
+        own.append(total)
+    assert result.instance_scores == pytest.approx(own, abs=1e-9)
+    assert result.score == pytest.approx(233.5, abs=3.0)
+    assert result.metrics["min_return"] == pytest.approx(-169.4, abs=3.0)
+    assert result.metrics["solved_share"] > 0.8
+
+
+def test_same_program_same_returns():
+    evaluator = Evaluator("control", SHORT, LIMITS)
+    seed = evaluator.domain.seed_program
+    first, second = (evaluator.evaluate("seed", seed, "search") for _ in range(2))
+    assert first.status == second.status == Status.OK
+    assert first.instance_scores == second.instance_scores and first.tuned_params == second.tuned_params
+    random = evaluator.domain.baselines()["random"]
+    a, b = (evaluator.evaluate("random", random, "heldout") for _ in range(2))
+    assert a.instance_scores == b.instance_scores
+    assert len(set(a.metrics["action_share"])) > 1  # it does pick different actions
+
+
+@pytest.mark.parametrize("env, body, needle", [
+    ("LunarLander-v3", "return np.full(len(obs), 4)", "not one of the discrete actions"),
+    ("LunarLander-v3", "return np.full(len(obs), 1.5)", "not one of the discrete actions"),
+    ("LunarLander-v3", "return np.zeros(len(obs) + 1, dtype=int)", "shape"),
+    ("LunarLander-v3", "return np.full(len(obs), np.nan)", "not finite"),
+    ("Pendulum-v1", "return np.full(len(obs), np.inf)", "not finite"),
+    ("Pendulum-v1", "return np.zeros((len(obs), 2))", "shape"),
+])
+def test_invalid_actions_are_invalid(env, body, needle):
+    evaluator = Evaluator("control", dict(SHORT, env=env), LIMITS)
+    result = evaluator.evaluate("bad", f"import numpy as np\n\ndef act(obs, params):\n    {body}\n", "search")
+    assert result.status == Status.INVALID and needle in result.error and "step 0" in result.error
+
+
+def test_continuous_actions_are_clipped_not_rejected():
+    domain = get_domain("control", **dict(SHORT, env="Pendulum-v1"))
+    big = in_process("import numpy as np\n\ndef act(obs, params):\n    return 1e6 * obs[:, 2]\n")
+    edge = in_process("import numpy as np\n\ndef act(obs, params):\n    return 2.0 * np.sign(obs[:, 2])\n")
+    a = domain.evaluate(big, {}, "search").instance_scores
+    b = domain.evaluate(edge, {}, "search").instance_scores
+    assert a == pytest.approx(b)  # 1e6 * velocity saturates to the same bang-bang torque
+
+
+@pytest.mark.parametrize("env", ["LunarLander-v3", "MountainCarContinuous-v0"])
+def test_lockstep_equals_one_episode_at_a_time(env):
+    domain = get_domain("control", env=env, max_steps=300)
+    name = "gymnasium heuristic" if env == "LunarLander-v3" else "bang-bang on velocity"
+    code = domain.baselines()[name]
+    policy, values = in_process(code), {n: p.default for n, p in read_params(code).items()}
+    seeds = np.arange(5)
+    together = domain.runner.run(policy, seeds, {n: np.full(5, v) for n, v in values.items()})
+    for i, seed in enumerate(seeds):
+        alone = domain.runner.run(policy, [seed], {n: np.full(1, v) for n, v in values.items()})
+        assert alone.returns[0] == together.returns[i] and alone.lengths[0] == together.lengths[i]
+    assert len(set(together.lengths)) > 1  # episodes did drop out at different steps
+
+
+def test_tuning_improves_a_tunable_rule():
+    domain = get_domain("control", env="MountainCarContinuous-v0", search_seeds=3, max_steps=400,
+                        tune_trials=8, tune_batch=4)
+    code = ("import numpy as np\n\nPARAMS = {'force': (0.0, -1.0, 1.0)}\n\n"
+            "def act(obs, params):\n    return np.where(obs[:, 1] >= 0, params['force'], -params['force'])\n")
+    untuned = domain.runner.run(in_process(code), domain.seeds("search"), {"force": np.zeros(3)})
+    tuned = domain.evaluate(in_process(code), read_params(code), "search")
+    assert untuned.returns.tolist() == [0.0] * 3  # force 0: the car stays in the valley, at no cost
+    assert tuned.score > 50 and tuned.tuned_params["force"] > 0.1
+    assert tuned.metrics["solved_share"] > 0.5 and tuned.metrics["timeouts"] < 3
+
+
+def test_linear_baseline_gets_its_cma_budget_and_heldout_retunes_on_search_seeds_only():
+    domain = get_domain("control", **dict(SHORT, env="Pendulum-v1", linear_trials=9))
+    code = domain.baselines()["linear (CMA-ES)"]
+    seen = []
+
+    def spy(batches):
+        seen.append(len(batches[0][0]))
+        return in_process(code)(batches)
+
+    result = domain.evaluate(spy, read_params(code), "heldout")
+    assert result.metrics["tune_trials"] == 9 and result.metrics["episodes"] == 4
+    # Pendulum episodes all run the 60 steps: the defaults alone on the 3 search seeds, one CMA-ES
+    # generation of 8 (popsize for 4 weights) as 24 rows, then the tuned weights on the 4 held-out seeds.
+    assert seen == [3] * 60 + [24] * 60 + [4] * 60
+
+
+def test_seed_splits_must_not_overlap():
+    with pytest.raises(Exception, match="overlap"):
+        get_domain("control", search_seeds=30, heldout_seed_start=20)
+
+
+def test_check_actions_rejects_wrong_dtype():
+    domain = get_domain("control", **SHORT)
+    from evaluators.control import check_actions
+    with pytest.raises(CandidateError, match="numbers"):
+        check_actions(np.array(["a", "b"]), 2, domain.spec, 3)
+    assert check_actions(np.array(2.0), 3, domain.spec, 0).tolist() == [2, 2, 2]
+
+
+@pytest.mark.parametrize("name", ["control_lunarlander", "control_pendulum", "control_mountaincar"])
+def test_shipped_configs_give_the_linear_baseline_the_search_budget(name):
+    from controller.config import load_config
+
+    config, _ = load_config(Path(__file__).resolve().parents[2] / "configs" / f"{name}.toml")
+    assert config.domain.name == "control"
+    assert config.domain.options["linear_trials"] == config.run.max_evals

@@ -1,0 +1,231 @@
+"""Score integrity: hostile candidates for the control domain, each through the real Evaluator.
+
+Every hostile program's honest behaviour is to do nothing (action 0: no engine),
+so none of them may score better than the honest do-nothing policy; each either
+gets exactly that honest score or a status with a readable reason.
+"""
+import os
+
+import pytest
+
+from evaluators.config import SandboxConfig
+from evaluators.control_programs import LANDER_HEURISTIC
+from evaluators.evaluator import Evaluator
+from store.records import Status
+
+OPTIONS = {"search_seeds": 3, "heldout_seeds": 4, "max_steps": 150, "tune_trials": 2, "tune_batch": 2,
+           "linear_trials": 2}
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ZERO = "import numpy as np\n\ndef act(obs, params):\n    return np.zeros(len(obs), dtype=np.int64)\n"
+
+PATCH_SCORING = ZERO + '''
+def _patch():
+    import sys, builtins
+    try:
+        import gymnasium
+        from gymnasium.envs.box2d import lunar_lander
+        lunar_lander.LunarLander.step = lambda self, a: (self.state, 1000.0, True, False, {})
+        gymnasium.Env.step = lambda self, a: (None, 1000.0, True, False, {})
+    except Exception:
+        pass
+    try:
+        import evaluators.control as control
+        control.Control.evaluate = lambda *a, **k: None
+        control.check_actions = lambda *a, **k: None
+    except Exception:
+        pass
+    sys.modules["evaluators.control"] = None
+    builtins.sum = lambda *a, **k: 1e9
+    builtins.float = lambda *a, **k: 1e9
+_patch()
+'''
+
+PATCH_NUMPY = '''\
+import numpy as np
+np.isfinite = lambda a, *r, **k: True
+np.mean = lambda *a, **k: 1e9
+
+def act(obs, params):
+    np.add = lambda *a, **k: 1e9
+    np.clip = lambda a, *r, **k: a
+    return np.zeros(len(obs), dtype=np.int64)
+'''
+
+FORGE_FRAME = '''\
+import os, struct
+import numpy as np
+
+def act(obs, params):
+    import msgpack
+    body = msgpack.packb({"score": 1e9, "status": "OK", "returns": [1e9], "metrics": {"mean_return": 1e9}})
+    for fd in range(3, 64):
+        try:
+            os.write(fd, struct.pack(">I", len(body)) + body)
+        except OSError:
+            pass
+    return np.zeros(len(obs), dtype=np.int64)
+'''
+
+SNOOP = '''\
+import os, sys
+import numpy as np
+FOUND = []
+
+def _try(label, fn):
+    try:
+        got = fn()
+    except Exception:
+        return
+    if got:
+        FOUND.append(label + ": " + str(got)[:200])
+
+def _walk(top):
+    hits = []
+    for dirpath, dirnames, filenames in os.walk(top):
+        if dirpath.startswith((sys.prefix, sys.base_prefix, "/tmp/.keep")) or "site-packages" in dirpath:
+            continue  # the interpreter and its libraries are readable by design
+        hits += [os.path.join(dirpath, f) for f in filenames
+                 if "control" in f or "seed" in f or f.endswith((".duckdb", ".toml"))]
+        if len(hits) > 20:
+            break
+    return hits
+
+def _grandparent():
+    """The zygote is the parent; the evaluator, which holds the environments, is its parent."""
+    status = open("/proc/%d/status" % os.getppid()).read()
+    return int(status.split("PPid:")[1].split()[0])
+
+def act(obs, params):
+    for pid in (os.getppid(), _grandparent()):
+        _try("environ", lambda: open("/proc/%d/environ" % pid, "rb").read())
+        _try("memory", lambda: open("/proc/%d/mem" % pid, "rb").read(64))
+        _try("maps", lambda: open("/proc/%d/maps" % pid).read())
+        _try("open files", lambda: os.listdir("/proc/%d/fd" % pid))
+    _try("project", lambda: os.listdir(PROJECT))
+    _try("files", lambda: [p for top in (os.path.dirname(PROJECT), os.path.expanduser("~root"), "/tmp")
+                           for p in _walk(top)])
+    raise RuntimeError("snooped: " + " | ".join(FOUND))
+'''
+
+# A private copy of the simulator would let a candidate find the episode's seed from its first
+# observation and plan on that copy; gymnasium and Box2D are hidden from its process.
+OWN_SIMULATOR = '''\
+import numpy as np
+
+def _simulator():
+    try:
+        import gymnasium as gym
+        return gym.make("LunarLander-v3")
+    except Exception:
+        pass
+    try:
+        import Box2D
+        return Box2D.b2World()
+    except Exception:
+        return None
+
+def act(obs, params):
+    if _simulator() is not None:
+        raise RuntimeError("the candidate has a private simulator")
+    return np.zeros(len(obs), dtype=np.int64)
+'''
+
+REMEMBER = '''\
+import os
+import numpy as np
+SPOTS = ["/tmp/atoll_note", "/var/tmp/atoll_note", "/dev/shm/atoll_note",
+         os.path.expanduser("~/atoll_note"), os.path.join(os.getcwd(), "atoll_note"), PROJECT + "/atoll_note"]
+
+def _seen():
+    return any(os.path.exists(p) for p in SPOTS)
+
+def _write():
+    for p in SPOTS:
+        try:
+            with open(p, "w") as f:
+                f.write("fly well")
+        except OSError:
+            pass
+
+REMEMBERED = _seen()  # at load: only an earlier evaluation can have left a note
+_write()
+
+''' + LANDER_HEURISTIC.split("import numpy as np\n", 1)[1].replace("def act(", "def _good(") + '''
+
+def act(obs, params):
+    if REMEMBERED:  # a second evaluation that remembers would fly well
+        return _good(obs, params)
+    return np.zeros(len(obs), dtype=np.int64)
+'''
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    return Evaluator("control", OPTIONS, SandboxConfig(wall_s=60, startup_s=10))
+
+
+@pytest.fixture(scope="module")
+def honest(evaluator):
+    """Scores of the honest do-nothing policy per split, checked to be well below the heuristic's."""
+    scores = {}
+    for split in ("search", "heldout"):
+        zero, good = evaluator.evaluate("zero", ZERO, split), evaluator.evaluate("good", LANDER_HEURISTIC, split)
+        assert zero.status == Status.OK and good.status == Status.OK
+        assert good.score > zero.score + 50  # so "no better than doing nothing" is a real bar
+        scores[split] = zero.score
+    return scores
+
+
+def _no_better(result, zero_score):
+    if result.status == Status.OK:
+        assert result.score <= zero_score + 1e-9, result
+    else:
+        assert result.error and len(result.error.strip()) > 10
+
+
+@pytest.mark.parametrize("name, code", [("patch scoring", PATCH_SCORING), ("patch numpy", PATCH_NUMPY),
+                                        ("own simulator", OWN_SIMULATOR)], ids=lambda v: v[:20])
+@pytest.mark.parametrize("split", ["search", "heldout"])
+def test_patching_the_candidate_process_changes_nothing_trusted(evaluator, honest, name, code, split):
+    result = evaluator.evaluate(name, code, split)
+    _no_better(result, honest[split])
+    if name == "own simulator":
+        assert result.status == Status.OK, result.error
+    if result.status == Status.OK:
+        assert result.score == pytest.approx(honest[split])
+
+
+def test_forged_frames_are_rejected(evaluator, honest):
+    result = evaluator.evaluate("forge", FORGE_FRAME, "search")
+    _no_better(result, honest["search"])
+    assert result.status == Status.INVALID
+
+
+def test_environments_seeds_and_project_are_out_of_reach(evaluator, honest, monkeypatch):
+    monkeypatch.setenv("ATOLL_HELDOUT_SECRET", "s3cr3t-heldout-seed")
+    result = evaluator.evaluate("snoop", SNOOP.replace("PROJECT", repr(ROOT)), "heldout")
+    assert result.status == Status.FAILED and "snooped:" in result.error
+    for leak in ("s3cr3t", "control.py", "control_programs", "environ:", "memory:", "maps:", "open files:",
+                 "project:", "files:"):
+        assert leak not in result.error, result.error
+
+
+def test_nothing_written_in_one_evaluation_is_seen_by_the_next(evaluator, honest):
+    code = REMEMBER.replace("PROJECT", repr(ROOT))
+    first = evaluator.evaluate("remember", code, "search")
+    second = evaluator.evaluate("remember", code, "search")
+    assert first.status == second.status == Status.OK
+    assert second.score == pytest.approx(first.score) == pytest.approx(honest["search"])
+    assert not os.path.exists(os.path.join(ROOT, "atoll_note"))
+
+
+@pytest.mark.parametrize("body, needle", [
+    ("return np.full(len(obs), -1)", "discrete actions"),
+    ("return np.zeros(len(obs)) + 0.5", "discrete actions"),
+    ("return np.full(len(obs), 1e300)", "discrete actions"),
+    ("return np.zeros(1 + len(obs), dtype=int)", "shape"),
+    ("return np.zeros((len(obs), 4))", "shape"),
+])
+def test_bad_actions_are_invalid(evaluator, body, needle):
+    result = evaluator.evaluate("bad", f"import numpy as np\n\ndef act(obs, params):\n    {body}\n", "search")
+    assert result.status == Status.INVALID and needle in result.error and "step" in result.error

@@ -1,0 +1,143 @@
+"""The MILP branching domain: generators, real SCIP solves, the policy channel's failure modes."""
+import os
+
+import numpy as np
+import pydantic
+import pytest
+
+from evaluators import milp_instances
+from evaluators.config import SandboxConfig
+from evaluators.evaluator import Evaluator
+from evaluators.milp_programs import BASELINES
+from evaluators.milp_scip import solve
+from evaluators.params import read_params
+from evaluators.registry import get_domain
+from store.records import Status
+
+# Set cover: search instances 1 and 2 of stream 0, held-out instance 3 of stream 1 (all branch), one SCIP seed.
+TINY = {"search_size": "fast", "heldout_size": "fast", "search_instances": 2, "heldout_instances": 1,
+        "search_offset": 1, "heldout_offset": 3, "scip_seeds": 1, "time_limit_s": 20,
+        "reference_rules": ["scip default"]}
+HANG = "import numpy as np\n\ndef policy(state, params):\n    while True:\n        pass\n"
+HANG_LATER = ("import numpy as np\nimport time\n\ndef policy(state, params):\n    if state['n_nodes'] > 3:\n"
+              "        time.sleep(3600)\n    return state['infeasibility']\n")
+NAN = "import numpy as np\n\ndef policy(state, params):\n    return np.full(state['n_cands'], np.nan)\n"
+SHORT = "import numpy as np\n\ndef policy(state, params):\n    return np.ones(state['n_cands'] - 1)\n"
+SCALAR = "def policy(state, params):\n    return 1.0\n"
+CRASH = "def policy(state, params):\n    raise ValueError('no branching today')\n"
+
+
+def in_process(code):
+    """Run a trusted test program directly (the domain only ever sees a PolicyFn)."""
+    namespace = {}
+    exec(code, namespace)
+    fn = namespace["policy"]
+    return lambda batches: [fn(state, params) for state, params in batches]
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATOLL_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    return Evaluator("milp", TINY, SandboxConfig(wall_s=60))
+
+
+@pytest.mark.parametrize("family", milp_instances.FAMILIES)
+def test_generators_are_deterministic_by_seed(family):
+    first = milp_instances.generate(family, "fast", 3)
+    assert first == milp_instances.generate(family, "fast", 3)
+    assert first != milp_instances.generate(family, "fast", 4)
+    path = milp_instances.instance_path(family, "fast", 3)
+    assert path.read_text() == first
+    stamp = path.stat().st_mtime_ns
+    assert milp_instances.instance_path(family, "fast", 3).stat().st_mtime_ns == stamp  # cached, not rewritten
+    assert not [p for p in path.parent.iterdir() if p.suffix == ".tmp"]
+
+
+@pytest.mark.parametrize("family, sense", [("setcover", "minimize"), ("cauctions", "maximize"),
+                                           ("facility", "minimize"), ("indset", "maximize")])
+def test_every_family_is_feasible_and_solves(family, sense):
+    record = solve(str(milp_instances.instance_path(family, "fast", 0)), 0, 60)
+    assert record.solved and record.status == "optimal"
+    assert milp_instances.generate(family, "fast", 0).startswith(sense)
+
+
+def test_set_cover_covers_every_row_with_at_least_two_rows_per_column():
+    text = milp_instances.generate("setcover", "fast", 0)
+    rows = [line for line in text.split("subject to\n")[1].split("binary")[0].replace("\n   ", "").splitlines()]
+    spec = milp_instances.SIZES["setcover"]["fast"]
+    assert len(rows) == spec["rows"] and all(r.endswith(">= 1") and "x" in r for r in rows)
+    per_col = np.bincount([int(t[1:]) for r in rows for t in r.split() if t.startswith("x")], minlength=spec["cols"])
+    expected = spec["rows"] * spec["cols"] * spec["density"]
+    assert per_col.min() >= 2 and per_col.sum() == pytest.approx(expected, rel=0.05)
+
+
+def test_most_infeasible_needs_more_nodes_than_pscost_on_fixed_instances():
+    paths = [str(milp_instances.instance_path("setcover", "fast", s)) for s in (1, 2)]
+    nodes = {name: [solve(p, 0, 60, policy=in_process(BASELINES[name])).nodes for p in paths]
+             for name in ("pscost", "most-infeasible")}
+    assert sum(nodes["most-infeasible"]) > 2 * sum(nodes["pscost"]) > 2 * len(paths), nodes
+
+
+def test_evaluation_reports_per_run_figures_and_a_score_against_scip_default(evaluator):
+    result = evaluator.evaluate("pscost", BASELINES["pscost"], "search")
+    assert result.status == Status.OK, result.error
+    m = result.metrics
+    assert len(m["per_run"]) == m["runs"] == 2 and m["unsolved"] == 0 and m["policy_calls"] > 0
+    assert result.score == pytest.approx(-m["time_ratio_to_default"])
+    assert m["sgm_time_s"] / m["default_sgm_time_s"] == pytest.approx(m["time_ratio_to_default"])
+    assert len(result.instance_scores) == 2 and len(result.descriptors) == 2
+    assert 0.0 <= result.descriptors[1] <= 1.0
+
+
+def test_heldout_instances_are_generated_only_by_heldout_evaluations(evaluator, tmp_path):
+    evaluator.evaluate("pscost", BASELINES["pscost"], "search")
+    made = sorted(p.name for p in (tmp_path / "cache").rglob("*.lp"))
+    assert made and all(name.endswith(("-s1.lp", "-s2.lp")) for name in made), made
+    evaluator.evaluate("pscost", BASELINES["pscost"], "heldout")
+    assert any(p.name.endswith("-s100003.lp") for p in (tmp_path / "cache").rglob("*.lp"))
+
+
+@pytest.mark.parametrize("code", [HANG, HANG_LATER], ids=["first call", "after some calls"])
+def test_a_hanging_rule_is_killed_by_the_wall_limit(code):
+    evaluator = Evaluator("milp", TINY, SandboxConfig(wall_s=4, startup_s=10))
+    result = evaluator.evaluate("hang", code, "search")
+    assert result.status == Status.TIMEOUT and "wall-clock limit of 4 s" in result.error
+    assert result.duration_s < 30
+
+
+@pytest.mark.parametrize("code, needle", [(NAN, "not finite"), (SHORT, "expected ("), (SCALAR, "shape (1,)")],
+                         ids=["nan", "one short", "scalar"])
+def test_bad_scores_are_invalid_with_a_reason(evaluator, code, needle):
+    result = evaluator.evaluate("bad", code, "search")
+    assert result.status == Status.INVALID
+    assert needle in result.error and "decision 1" in result.error
+
+
+def test_a_raising_rule_fails_with_its_error(evaluator):
+    result = evaluator.evaluate("crash", CRASH, "search")
+    assert result.status == Status.FAILED and "no branching today" in result.error
+
+
+def test_tuning_starts_from_the_defaults_and_stays_in_range():
+    domain = get_domain("milp", **dict(TINY, search_instances=1, tune_trials=2))
+    seed = domain.seed_program
+    params = read_params(seed)
+    outcome = domain.evaluate(in_process(seed), params, "search")
+    assert set(outcome.tuned_params) == set(params)
+    assert all(params[n].low <= v <= params[n].high for n, v in outcome.tuned_params.items())
+
+
+def test_config_names_bad_sizes_and_equal_seeds():
+    with pytest.raises(pydantic.ValidationError, match="huge"):
+        get_domain("milp", search_size="huge")
+    with pytest.raises(pydantic.ValidationError, match="heldout_seed"):
+        get_domain("milp", search_seed=3, heldout_seed=3)
+
+
+def test_the_instance_cache_is_hidden_from_candidates():
+    domain = get_domain("milp", **TINY)
+    assert domain.sandbox_hide() == (os.path.join(os.environ["ATOLL_CACHE_DIR"]),)
