@@ -6,10 +6,7 @@ ends with one clear line on stderr and exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
-from pathlib import Path
 
 from controller.config import ConfigError
 
@@ -20,7 +17,11 @@ EPILOG = """examples:
   atoll status runs/try
   atoll query runs/try "SELECT * FROM mutator_success"
   atoll best runs/try
-  atoll baselines configs/inventory.toml"""
+  atoll baselines configs/inventory.toml
+
+shipped configs (configs/*.toml): inventory; milp_setcover, milp_cauctions, milp_facility,
+milp_indset; control_lunarlander, control_pendulum, control_mountaincar; trading_sp500,
+trading_synthetic, trading_null"""
 
 
 class UserError(Exception):

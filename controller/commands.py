@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
@@ -13,7 +14,9 @@ from controller.cli import UserError
 from controller.config import AtollConfig, load_config, validate
 
 ARCHIVE = "archive.duckdb"
-console = Console()
+# Output to a file or a pipe (a log, a job's driver output) is not cut to 80 columns:
+# the held-out tables stay one line per row there.
+console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160)
 
 
 def _archive(run_dir: Path, read_only: bool = False):

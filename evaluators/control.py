@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 from dataclasses import dataclass
 from typing import Literal
 
@@ -30,12 +29,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from evaluators import control_programs as progs
 from evaluators._base import CandidateError, Domain, Outcome, PolicyFn, check_split
 from evaluators.control_table import heldout_table
-from evaluators.inventory import EliteSampler
 from evaluators.params import ParamSpec
 from evaluators.registry import register
+from evaluators.tuning import EliteSampler, distributions, new_study, sobol_sampler
 from store.records import EvalResult, Status
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 ENV_IDS = ("LunarLander-v3", "Pendulum-v1", "MountainCarContinuous-v0")
 SOLVED = {"LunarLander-v3": 200.0, "Pendulum-v1": -150.0, "MountainCarContinuous-v0": 90.0}
@@ -209,10 +207,7 @@ class Tuner:
         if set(params) == self.linear:
             return self._cma(policy, params, seeds)
         cfg = self.config
-        with warnings.catch_warnings():  # QMCSampler is marked experimental; its use here is plain
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            sampler = optuna.samplers.QMCSampler(seed=cfg.tune_seed, scramble=True, warn_independent_sampling=False)
-        study = _study(sampler, params)
+        study = new_study(params, sobol_sampler(cfg.tune_seed))
         best = None
         for start in range(0, cfg.tune_trials, cfg.tune_batch):
             best = self._round(policy, params, seeds, study, min(cfg.tune_batch, cfg.tune_trials - start), best)
@@ -224,7 +219,7 @@ class Tuner:
         cfg = self.config
         popsize = 4 + int(3 * math.log(len(params)))
         sampler = optuna.samplers.CmaEsSampler(seed=cfg.tune_seed, popsize=popsize, warn_independent_sampling=False)
-        study = _study(sampler, params)
+        study = new_study(params, sampler)
         best, done = self._round(policy, params, seeds, study, 1, None), 1
         while done < cfg.linear_trials:
             n = min(popsize, cfg.linear_trials - done)
@@ -232,7 +227,7 @@ class Tuner:
         return Tuned(best.values, best.episodes, cfg.linear_trials)
 
     def _round(self, policy, params, seeds, study, n: int, best: Tuned | None) -> Tuned:
-        dists = {name: optuna.distributions.FloatDistribution(p.low, p.high) for name, p in params.items()}
+        dists = distributions(params)
         trials = [study.ask(dists) for _ in range(n)]
         reps = len(seeds)
         values = {name: np.repeat([t.params[name] for t in trials], reps).astype(float) for name in params}
@@ -244,12 +239,6 @@ class Tuner:
             if best is None or mean > best.episodes.returns.mean():
                 best = Tuned(dict(trial.params), episodes.rows(rows), 0)
         return best
-
-
-def _study(sampler, params: dict[str, ParamSpec]) -> optuna.Study:
-    study = optuna.create_study(direction="minimize", sampler=sampler)
-    study.enqueue_trial({name: p.default for name, p in params.items()})
-    return study
 
 
 _PROGRAMS = {  # env -> (seed program, simple rule name and text, motifs, built-in heuristic or None)

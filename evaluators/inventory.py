@@ -17,7 +17,6 @@ seeds with a longer horizon.
 from __future__ import annotations
 
 import math
-import warnings
 import zlib
 from dataclasses import dataclass
 from typing import Literal
@@ -31,10 +30,8 @@ from evaluators import inventory_dp
 from evaluators._base import CandidateError, Domain, Outcome, PolicyFn, check_split
 from evaluators.params import ParamSpec
 from evaluators.registry import register
+from evaluators.tuning import EliteSampler, distributions, new_study, sobol_sampler
 from store.records import EvalResult, Status
-
-optuna.logging.set_verbosity(optuna.logging.WARNING)
-
 
 class InstanceSpec(BaseModel):
     """One inventory instance of the Zipkin grid (mean demand and holding cost are shared)."""
@@ -305,48 +302,6 @@ class Tuned:
     stats: RowStats
 
 
-class EliteSampler(optuna.samplers.BaseSampler):
-    """Batch local search (cross-entropy style) for the rounds after the first.
-
-    Each trial perturbs one of the best completed trials (the elite: the top
-    fifth, at least two) with Gaussian noise whose scale per parameter is the
-    elite's own spread, floored at 2% of the range, and clipped into range;
-    half the trials move a single parameter, which follows narrow ridges. A
-    whole round is asked before any of it is told, so it spreads by randomness,
-    not by feedback. On the capped base-stock baseline it tuned at least as well
-    as batched TPE at equal budget, but two-parameter classes with a sharp
-    integer valley (a cap of 5 on L=4, p=4) still often end short of their
-    optimum at the default budget of two rounds.
-    """
-
-    def __init__(self, seed: int):
-        self._rng = np.random.default_rng(seed)
-
-    def infer_relative_search_space(self, study, trial):
-        done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-        return optuna.search_space.intersection_search_space(done) if done else {}
-
-    def sample_relative(self, study, trial, search_space):
-        done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-        if not search_space or not done:
-            return {}
-        done = sorted(done, key=lambda t: t.value)
-        elite = done[:max(2, len(done) // 5)]
-        parent = elite[int(self._rng.integers(len(elite)))]
-        names = list(search_space)
-        moved = names if self._rng.random() < 0.5 else [names[int(self._rng.integers(len(names)))]]
-        out = {}
-        for name, dist in search_space.items():
-            values = np.array([t.params[name] for t in elite])
-            scale = max(float(values.std()), 0.02 * (dist.high - dist.low))
-            step = scale * self._rng.standard_normal() if name in moved else 0.0
-            out[name] = float(np.clip(parent.params[name] + step, dist.low, dist.high))
-        return out
-
-    def sample_independent(self, study, trial, param_name, param_distribution):
-        return float(self._rng.uniform(param_distribution.low, param_distribution.high))
-
-
 class Tuner:
     """Tunes a program's PARAMS with optuna on every instance at once, in rounds of asks."""
 
@@ -359,7 +314,7 @@ class Tuner:
             blocks = [Block(s, d, {}) for s, d in zip(specs, demands)]
             return [Tuned({}, st) for st in self.simulator.run(policy, blocks, cfg.warmup)]
         studies = [self._study(spec, params) for spec in specs]
-        dists = {n: optuna.distributions.FloatDistribution(p.low, p.high) for n, p in params.items()}
+        dists = distributions(params)
         best: list[Tuned | None] = [None] * len(specs)
         for start in range(0, cfg.tune_trials, cfg.tune_batch):
             n = min(cfg.tune_batch, cfg.tune_trials - start)
@@ -378,13 +333,7 @@ class Tuner:
 
     def _study(self, spec: InstanceSpec, params: dict[str, ParamSpec]) -> optuna.Study:
         """The first round: the defaults, then a scrambled Sobol design over the ranges."""
-        with warnings.catch_warnings():  # QMCSampler is marked experimental; its use here is plain
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            sampler = optuna.samplers.QMCSampler(seed=self._seed(spec), scramble=True,
-                                                 warn_independent_sampling=False)
-        study = optuna.create_study(direction="minimize", sampler=sampler)
-        study.enqueue_trial({name: p.default for name, p in params.items()})
-        return study
+        return new_study(params, sobol_sampler(self._seed(spec)))
 
     def _later_sampler(self, spec: InstanceSpec) -> optuna.samplers.BaseSampler:
         return EliteSampler(seed=self._seed(spec))

@@ -33,9 +33,9 @@ from evaluators.milp_programs import BASELINES, MOTIFS, SEED_PROGRAM
 from evaluators.milp_scip import BUILTIN_RULES, SolveRecord, solve
 from evaluators.params import ParamSpec
 from evaluators.registry import register
+from evaluators.tuning import distributions, new_study
 from store.records import EvalResult
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
 NODE_SHIFT = 10.0
 
 
@@ -64,6 +64,10 @@ class MilpConfig(BaseModel):
     time_shift_s: float = Field(1.0, ge=0, le=100, description="Shift of the geometric mean of solve times.")
     tune_trials: int = Field(0, ge=0, le=1000, description="Optuna trials over PARAMS on the search split (each "
                                                           "solves every search run; 0: use the written defaults).")
+    search_default: Literal["paired", "cached"] = Field(
+        "paired", description="SCIP default on search runs: 'paired' re-solves each run with the default right "
+                              "after the program's run (twice the cost, but load drift cancels), 'cached' "
+                              "measures it once per domain object (cheaper, biased when the load changes).")
     heldout_default: Literal["paired", "cached"] = Field(
         "paired", description="SCIP default on held-out runs: 'paired' re-solves each run with the default right "
                               "after the program's run (same load), 'cached' measures it once per domain object.")
@@ -145,9 +149,10 @@ class Milp(Domain):
     def evaluate(self, policy: PolicyFn, params: dict[str, ParamSpec], split: str) -> Outcome:
         runs = self.runs(check_split(split))
         values = {n: p.default for n, p in params.items()}
+        paired = (self.config.search_default if split == "search" else self.config.heldout_default) == "paired"
         if split == "search" and params and self.config.tune_trials > 0:
             values, records = self._tune(policy, params, runs, split)
-        elif split == "heldout" and self.config.heldout_default == "paired":
+        elif paired:
             return self._outcome(runs, *self._solve_paired(policy, values, runs), values)
         else:
             records = self._solve_all(policy, values, runs)
@@ -169,9 +174,8 @@ class Milp(Domain):
     def _tune(self, policy, params, runs, split):
         """Optuna (TPE, seeded) over PARAMS; the first trial is the written defaults."""
         seed = (self.config.search_seed * 1_000_003 + zlib.crc32(self.config.family.encode())) % 2 ** 32
-        study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed))
-        study.enqueue_trial({n: p.default for n, p in params.items()})
-        dists = {n: optuna.distributions.FloatDistribution(p.low, p.high) for n, p in params.items()}
+        study = new_study(params, optuna.samplers.TPESampler(seed=seed), direction="maximize")
+        dists = distributions(params)
         best = None
         for _ in range(self.config.tune_trials):
             trial = study.ask(dists)

@@ -21,12 +21,10 @@ its metrics carry what the Deflated Sharpe Ratio needs).
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Literal
 
 import numpy as np
-import optuna
 from pydantic import BaseModel, ConfigDict, Field
 
 from evaluators import trading_report
@@ -37,9 +35,9 @@ from evaluators.trading_data import (Market, SyntheticMarket, load_sp500, skfoli
                                      synthetic_market)
 from evaluators.trading_programs import MOTIFS, SEED_PROGRAM, baselines
 from evaluators.trading_stats import sharpe, summary
+from evaluators.tuning import distributions, new_study, sobol_sampler
 from store.records import EvalResult, Status
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 DEFAULT_ASSETS = ("SP500", "JPM", "KO", "MSFT", "XOM")
 
@@ -226,8 +224,8 @@ class WalkForward:
 
     def _tune_group(self, res: FoldResult, params: dict[str, ParamSpec], index: int) -> Group:
         cfg, a = self.config, self.n_assets
-        study = _study(params, cfg.tune_seed * 7919 + index)
-        dists = {n: optuna.distributions.FloatDistribution(p.low, p.high) for n, p in params.items()}
+        study = new_study(params, sobol_sampler(cfg.tune_seed * 7919 + index))
+        dists = distributions(params)
         trials = [study.ask(dists) for _ in range(cfg.tune_trials)]
         values = {n: np.repeat([t.params[n] for t in trials], a).astype(float) for n in params}
 
@@ -238,16 +236,6 @@ class WalkForward:
             res.values = dict(trials[int(np.argmax(sharpes))].params)
 
         return Group(res.fold.tune, np.tile(np.arange(a), len(trials)), lambda: values, done)
-
-
-def _study(params: dict[str, ParamSpec], seed: int) -> optuna.Study:
-    """The defaults first, then a scrambled Sobol design over the ranges."""
-    with warnings.catch_warnings():  # QMCSampler is marked experimental; its use here is plain
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        sampler = optuna.samplers.QMCSampler(seed=seed, scramble=True, warn_independent_sampling=False)
-    study = optuna.create_study(direction="minimize", sampler=sampler)
-    study.enqueue_trial({name: p.default for name, p in params.items()})
-    return study
 
 
 @register

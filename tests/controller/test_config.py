@@ -1,4 +1,6 @@
 """Bad configuration stops with one line naming the key; good configs load."""
+from pathlib import Path
+
 import pytest
 
 from controller.config import ConfigError, load_config
@@ -45,3 +47,10 @@ def test_overrides_are_typed_and_validated(tmp_path):
 def test_missing_file(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "absent.toml")
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.toml")),
+                         ids=lambda p: p.stem)
+def test_every_shipped_config_loads_with_its_domain_options(path):
+    config, _ = load_config(path)  # validates the domain's options too
+    assert config.run.max_wall_s and config.run.max_wall_s <= 900  # each main job fits in 15 minutes

@@ -11,6 +11,7 @@ import pytest
 from evaluators.config import SandboxConfig
 from evaluators.evaluator import Evaluator
 from store.records import Status
+from tests.evaluators.hostile import SNOOP_PRELUDE, forge_frame, remember_prelude
 
 OPTIONS = {"search_instances": [{"lead_time": 1, "penalty": 4, "demand": "poisson"},
                                 {"lead_time": 2, "penalty": 19, "demand": "poisson"}],
@@ -48,82 +49,19 @@ def policy(state, params):
     return np.zeros(len(state["on_hand"]))
 '''
 
-FORGE_FRAME = '''\
-import os, struct
-import numpy as np
+FORGE_FRAME = forge_frame("policy(state, params)", 'np.zeros(len(state["on_hand"]))',
+                          {"score": 0.0, "status": "OK", "actions": [], "metrics": {"mean_cost": 0.0}})
 
+SNOOP = SNOOP_PRELUDE + '''
 def policy(state, params):
-    import msgpack
-    body = msgpack.packb({"score": 0.0, "status": "OK", "actions": [], "metrics": {"mean_cost": 0.0}})
-    for fd in range(3, 64):
-        try:
-            os.write(fd, struct.pack(">I", len(body)) + body)
-        except OSError:
-            pass
-    return np.zeros(len(state["on_hand"]))
-'''
-
-SNOOP = '''\
-import os, sys
-import numpy as np
-FOUND = []
-
-def _try(label, fn):
-    try:
-        got = fn()
-    except Exception:
-        return
-    if got:
-        FOUND.append(label + ": " + str(got)[:200])
-
-def _walk(top):
-    hits = []
-    for dirpath, dirnames, filenames in os.walk(top):
-        if dirpath.startswith((sys.prefix, sys.base_prefix, "/tmp/.keep")) or "site-packages" in dirpath:
-            continue  # the interpreter and its libraries are readable by design
-        hits += [os.path.join(dirpath, f) for f in filenames
-                 if "inventory" in f or "seed" in f or f.endswith((".duckdb", ".toml"))]
-        if len(hits) > 20:
-            break
-    return hits
-
-def _grandparent():
-    """The zygote is the parent; the evaluator, which holds the data, is its parent."""
-    status = open("/proc/%d/status" % os.getppid()).read()
-    return int(status.split("PPid:")[1].split()[0])
-
-def policy(state, params):
-    for pid in (os.getppid(), _grandparent()):
-        _try("environ", lambda: open("/proc/%d/environ" % pid, "rb").read())
-        _try("memory", lambda: open("/proc/%d/mem" % pid, "rb").read(64))
-        _try("maps", lambda: open("/proc/%d/maps" % pid).read())
-        _try("open files", lambda: os.listdir("/proc/%d/fd" % pid))
+    _snoop_processes()
     _try("project", lambda: os.listdir(PROJECT))
     _try("files", lambda: [p for top in (os.path.dirname(PROJECT), os.path.expanduser("~root"), "/tmp")
-                           for p in _walk(top)])
+                           for p in _walk(top, ("inventory", "seed"))])
     raise RuntimeError("snooped: " + " | ".join(FOUND))
 '''
 
-REMEMBER = '''\
-import os
-import numpy as np
-SPOTS = ["/tmp/atoll_note", "/var/tmp/atoll_note", "/dev/shm/atoll_note",
-         os.path.expanduser("~/atoll_note"), os.path.join(os.getcwd(), "atoll_note"), PROJECT + "/atoll_note"]
-
-def _seen():
-    return any(os.path.exists(p) for p in SPOTS)
-
-def _write():
-    for p in SPOTS:
-        try:
-            with open(p, "w") as f:
-                f.write("levels")
-        except OSError:
-            pass
-
-REMEMBERED = _seen()  # at load: only an earlier evaluation can have left a note
-_write()
-
+REMEMBER = remember_prelude() + '''
 def policy(state, params):
     if REMEMBERED:  # a second evaluation that remembers would order well
         return np.maximum(12 + 5 * state["lead_time"] - state["on_hand"] - state["pipeline"].sum(axis=1), 0)

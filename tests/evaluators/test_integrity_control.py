@@ -12,6 +12,7 @@ from evaluators.config import SandboxConfig
 from evaluators.control_programs import LANDER_HEURISTIC
 from evaluators.evaluator import Evaluator
 from store.records import Status
+from tests.evaluators.hostile import SNOOP_PRELUDE, forge_frame, remember_prelude
 
 OPTIONS = {"search_seeds": 3, "heldout_seeds": 4, "max_steps": 150, "tune_trials": 2, "tune_batch": 2,
            "linear_trials": 2}
@@ -51,59 +52,15 @@ def act(obs, params):
     return np.zeros(len(obs), dtype=np.int64)
 '''
 
-FORGE_FRAME = '''\
-import os, struct
-import numpy as np
+FORGE_FRAME = forge_frame("act(obs, params)", "np.zeros(len(obs), dtype=np.int64)",
+                          {"score": 1e9, "status": "OK", "returns": [1e9], "metrics": {"mean_return": 1e9}})
 
+SNOOP = SNOOP_PRELUDE + '''
 def act(obs, params):
-    import msgpack
-    body = msgpack.packb({"score": 1e9, "status": "OK", "returns": [1e9], "metrics": {"mean_return": 1e9}})
-    for fd in range(3, 64):
-        try:
-            os.write(fd, struct.pack(">I", len(body)) + body)
-        except OSError:
-            pass
-    return np.zeros(len(obs), dtype=np.int64)
-'''
-
-SNOOP = '''\
-import os, sys
-import numpy as np
-FOUND = []
-
-def _try(label, fn):
-    try:
-        got = fn()
-    except Exception:
-        return
-    if got:
-        FOUND.append(label + ": " + str(got)[:200])
-
-def _walk(top):
-    hits = []
-    for dirpath, dirnames, filenames in os.walk(top):
-        if dirpath.startswith((sys.prefix, sys.base_prefix, "/tmp/.keep")) or "site-packages" in dirpath:
-            continue  # the interpreter and its libraries are readable by design
-        hits += [os.path.join(dirpath, f) for f in filenames
-                 if "control" in f or "seed" in f or f.endswith((".duckdb", ".toml"))]
-        if len(hits) > 20:
-            break
-    return hits
-
-def _grandparent():
-    """The zygote is the parent; the evaluator, which holds the environments, is its parent."""
-    status = open("/proc/%d/status" % os.getppid()).read()
-    return int(status.split("PPid:")[1].split()[0])
-
-def act(obs, params):
-    for pid in (os.getppid(), _grandparent()):
-        _try("environ", lambda: open("/proc/%d/environ" % pid, "rb").read())
-        _try("memory", lambda: open("/proc/%d/mem" % pid, "rb").read(64))
-        _try("maps", lambda: open("/proc/%d/maps" % pid).read())
-        _try("open files", lambda: os.listdir("/proc/%d/fd" % pid))
+    _snoop_processes()
     _try("project", lambda: os.listdir(PROJECT))
     _try("files", lambda: [p for top in (os.path.dirname(PROJECT), os.path.expanduser("~root"), "/tmp")
-                           for p in _walk(top)])
+                           for p in _walk(top, ("control", "seed"))])
     raise RuntimeError("snooped: " + " | ".join(FOUND))
 '''
 
@@ -130,27 +87,7 @@ def act(obs, params):
     return np.zeros(len(obs), dtype=np.int64)
 '''
 
-REMEMBER = '''\
-import os
-import numpy as np
-SPOTS = ["/tmp/atoll_note", "/var/tmp/atoll_note", "/dev/shm/atoll_note",
-         os.path.expanduser("~/atoll_note"), os.path.join(os.getcwd(), "atoll_note"), PROJECT + "/atoll_note"]
-
-def _seen():
-    return any(os.path.exists(p) for p in SPOTS)
-
-def _write():
-    for p in SPOTS:
-        try:
-            with open(p, "w") as f:
-                f.write("fly well")
-        except OSError:
-            pass
-
-REMEMBERED = _seen()  # at load: only an earlier evaluation can have left a note
-_write()
-
-''' + LANDER_HEURISTIC.split("import numpy as np\n", 1)[1].replace("def act(", "def _good(") + '''
+REMEMBER = remember_prelude() + '\n' + LANDER_HEURISTIC.split("import numpy as np\n", 1)[1].replace("def act(", "def _good(") + '''
 
 def act(obs, params):
     if REMEMBERED:  # a second evaluation that remembers would fly well

@@ -16,6 +16,7 @@ from evaluators.config import SandboxConfig
 from evaluators.evaluator import Evaluator
 from evaluators.milp_programs import BASELINES
 from store.records import Status
+from tests.evaluators.hostile import SNOOP_PRELUDE, forge_frame, remember_prelude
 
 OPTIONS = {"search_size": "fast", "heldout_size": "fast", "search_instances": 1, "heldout_instances": 1,
            "search_offset": 2, "heldout_offset": 3, "scip_seeds": 1, "time_limit_s": 20,
@@ -50,62 +51,19 @@ def policy(state, params):
     return np.asarray(state["infeasibility"], dtype=float)
 '''
 
-FORGE_FRAME = '''\
-import os, struct
-import numpy as np
+FORGE_FRAME = forge_frame("policy(state, params)", 'np.asarray(state["infeasibility"], dtype=float)',
+                          {"score": 0.0, "status": "OK", "actions": [], "time_ratio_to_default": 0.01})
 
+SNOOP = SNOOP_PRELUDE + '''
 def policy(state, params):
-    import msgpack
-    body = msgpack.packb({"score": 0.0, "status": "OK", "actions": [], "time_ratio_to_default": 0.01})
-    for fd in range(3, 64):
-        try:
-            os.write(fd, struct.pack(">I", len(body)) + body)
-        except OSError:
-            pass
-    return np.asarray(state["infeasibility"], dtype=float)
-'''
-
-SNOOP = '''\
-import os, sys
-import numpy as np
-FOUND = []
-
-def _try(label, fn):
-    try:
-        got = fn()
-    except Exception:
-        return
-    if got:
-        FOUND.append(label + ": " + str(got)[:200])
-
-def _grandparent():
-    status = open("/proc/%d/status" % os.getppid()).read()
-    return int(status.split("PPid:")[1].split()[0])
-
-def policy(state, params):
-    for pid in (os.getppid(), _grandparent()):
-        _try("environ", lambda: open("/proc/%d/environ" % pid, "rb").read())
-        _try("memory", lambda: open("/proc/%d/mem" % pid, "rb").read(64))
-        _try("open files", lambda: os.listdir("/proc/%d/fd" % pid))
+    _snoop_processes()
     _try("instances", lambda: [f for d, _, fs in os.walk(CACHE) for f in fs])
     _try("instance text", lambda: open(LPFILE).read(64))
     _try("project", lambda: os.listdir(PROJECT))
     raise RuntimeError("snooped: " + " | ".join(FOUND))
 '''
 
-REMEMBER = '''\
-import os
-import numpy as np
-SPOTS = ["/tmp/atoll_milp_note", "/var/tmp/atoll_milp_note", "/dev/shm/atoll_milp_note",
-         os.path.join(CACHE, "atoll_milp_note"), PROJECT + "/atoll_milp_note"]
-REMEMBERED = any(os.path.exists(p) for p in SPOTS)
-for p in SPOTS:
-    try:
-        with open(p, "w") as f:
-            f.write("seen")
-    except OSError:
-        pass
-
+REMEMBER = remember_prelude(' + [os.path.join(CACHE, "atoll_note")]') + '''
 def policy(state, params):
     if REMEMBERED:  # a second evaluation that remembers would branch differently
         return -np.asarray(state["infeasibility"], dtype=float)

@@ -12,6 +12,7 @@ from evaluators.config import SandboxConfig
 from evaluators.evaluator import Evaluator
 from evaluators.trading_data import skfolio_data_dir
 from store.records import Status
+from tests.evaluators.hostile import SNOOP_PRELUDE, forge_frame, remember_prelude
 
 OPTIONS = {"assets": ["SP500", "KO", "XOM"], "tune_bars": 60, "test_bars": 40, "holdout_bars": 60,
            "max_folds": 3, "tune_trials": 2}
@@ -47,20 +48,8 @@ def policy(state, params):
     return np.ones(len(state["close"]))
 '''
 
-FORGE_FRAME = '''\
-import os, struct
-import numpy as np
-
-def policy(state, params):
-    import msgpack
-    body = msgpack.packb({"score": 99.0, "status": "OK", "actions": [], "metrics": {"sharpe": 99.0}})
-    for fd in range(3, 64):
-        try:
-            os.write(fd, struct.pack(">I", len(body)) + body)
-        except OSError:
-            pass
-    return np.ones(len(state["close"]))
-'''
+FORGE_FRAME = forge_frame("policy(state, params)", 'np.ones(len(state["close"]))',
+                          {"score": 99.0, "status": "OK", "actions": [], "metrics": {"sharpe": 99.0}})
 
 # Reads the package's price file and, if it can, finds each row's bar by its last closes
 # and goes long only before rises: perfect foresight. Honest fallback: buy & hold.
@@ -96,47 +85,16 @@ def policy(state, params):
     return out
 '''
 
-SNOOP = '''\
-import os, sys
-import numpy as np
-FOUND = []
-
-def _try(label, fn):
-    try:
-        got = fn()
-    except Exception:
-        return
-    if got:
-        FOUND.append(label + ": " + str(got)[:200])
-
-def _grandparent():
-    status = open("/proc/%d/status" % os.getppid()).read()
-    return int(status.split("PPid:")[1].split()[0])
-
+SNOOP = SNOOP_PRELUDE + '''
 def policy(state, params):
-    for pid in (os.getppid(), _grandparent()):
-        _try("environ", lambda: open("/proc/%d/environ" % pid, "rb").read())
-        _try("memory", lambda: open("/proc/%d/mem" % pid, "rb").read(64))
-        _try("maps", lambda: open("/proc/%d/maps" % pid).read())
+    _snoop_processes()
     _try("project", lambda: os.listdir(PROJECT))
     _try("price files", lambda: os.listdir(DATA))
     _try("skfolio import", lambda: __import__("skfolio.datasets").datasets.load_sp500_index())
     raise RuntimeError("snooped: " + " | ".join(FOUND))
 '''
 
-REMEMBER = '''\
-import os
-import numpy as np
-SPOTS = ["/tmp/atoll_note", "/var/tmp/atoll_note", "/dev/shm/atoll_note", os.path.join(os.getcwd(), "atoll_note"),
-         PROJECT + "/atoll_note", DATA + "/atoll_note"]
-REMEMBERED = any(os.path.exists(p) for p in SPOTS)
-for p in SPOTS:
-    try:
-        with open(p, "w") as f:
-            f.write("seen")
-    except OSError:
-        pass
-
+REMEMBER = remember_prelude(' + [DATA + "/atoll_note"]') + '''
 def policy(state, params):
     return np.zeros(len(state["close"])) if REMEMBERED else np.ones(len(state["close"]))
 '''

@@ -1,0 +1,79 @@
+"""Trusted-side tuning of a program's PARAMS, shared by every domain.
+
+Each domain asks a whole round of trials at once, simulates them together (as
+extra rows of one batched simulation) and tells the scores back. The first
+round is the program's written defaults followed by a scrambled Sobol design;
+later rounds refine around the best trials (`EliteSampler`).
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import optuna
+
+from evaluators.params import ParamSpec
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def sobol_sampler(seed: int) -> optuna.samplers.BaseSampler:
+    """A scrambled Sobol design over the ranges (optuna marks QMCSampler experimental; its use here is plain)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.QMCSampler(seed=seed, scramble=True, warn_independent_sampling=False)
+
+
+def new_study(params: dict[str, ParamSpec], sampler: optuna.samplers.BaseSampler,
+              direction: str = "minimize") -> optuna.Study:
+    """A study whose first trial is the program's written defaults."""
+    study = optuna.create_study(direction=direction, sampler=sampler)
+    study.enqueue_trial({name: p.default for name, p in params.items()})
+    return study
+
+
+def distributions(params: dict[str, ParamSpec]) -> dict[str, optuna.distributions.FloatDistribution]:
+    return {name: optuna.distributions.FloatDistribution(p.low, p.high) for name, p in params.items()}
+
+
+class EliteSampler(optuna.samplers.BaseSampler):
+    """Batch local search (cross-entropy style) for the rounds after the first.
+
+    Each trial perturbs one of the best completed trials (the elite: the top
+    fifth, at least two) with Gaussian noise whose scale per parameter is the
+    elite's own spread, floored at 2% of the range, and clipped into range;
+    half the trials move a single parameter, which follows narrow ridges. A
+    whole round is asked before any of it is told, so it spreads by randomness,
+    not by feedback. On the capped base-stock baseline it tuned at least as well
+    as batched TPE at equal budget, but two-parameter classes with a sharp
+    integer valley (a cap of 5 on L=4, p=4) still often end short of their
+    optimum at the default budget of two rounds.
+    """
+
+    def __init__(self, seed: int):
+        self._rng = np.random.default_rng(seed)
+
+    def infer_relative_search_space(self, study, trial):
+        done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        return optuna.search_space.intersection_search_space(done) if done else {}
+
+    def sample_relative(self, study, trial, search_space):
+        done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        if not search_space or not done:
+            return {}
+        done = sorted(done, key=lambda t: t.value)
+        elite = done[:max(2, len(done) // 5)]
+        parent = elite[int(self._rng.integers(len(elite)))]
+        names = list(search_space)
+        moved = names if self._rng.random() < 0.5 else [names[int(self._rng.integers(len(names)))]]
+        out = {}
+        for name, dist in search_space.items():
+            values = np.array([t.params[name] for t in elite])
+            scale = max(float(values.std()), 0.02 * (dist.high - dist.low))
+            step = scale * self._rng.standard_normal() if name in moved else 0.0
+            out[name] = float(np.clip(parent.params[name] + step, dist.low, dist.high))
+        return out
+
+    def sample_independent(self, study, trial, param_name, param_distribution):
+        return float(self._rng.uniform(param_distribution.low, param_distribution.high))
+
