@@ -51,26 +51,29 @@ def _under(path, top):
 
 
 def hide_paths(hide, keep, scratch_mb):
-    """Give the process private, empty views of `hide`, keeping `keep` readable."""
+    """Give the process private, empty views of the world-writable dirs and of `hide`, keeping `keep` readable.
+
+    Covers go on in order. A kept path under a cover (the interpreter of a virtualenv
+    in /tmp, or under the home directory) is held open before that cover goes on and
+    bound back read-only through the handle, so a later entry of `hide` inside it (a
+    domain's data in site-packages) is still covered.
+    """
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    for world_writable in ("/tmp", "/var/tmp", "/dev/shm"):
-        if os.path.isdir(world_writable):
-            _tmpfs(world_writable, scratch_mb, "1777")
-    os.makedirs("/tmp/.keep", exist_ok=True)
+    for top in ("/tmp", "/var/tmp", "/dev/shm"):
+        _cover(top, keep, lambda t: _tmpfs(t, scratch_mb, "1777"))
     for top in hide:
-        if not os.path.isdir(top):
-            continue
-        inside = [k for k in keep if _under(k, top) and os.path.isdir(k)]
-        stash = []
-        for i, k in enumerate(inside):
-            spot = f"/tmp/.keep/{len(os.listdir('/tmp/.keep'))}"
-            os.makedirs(spot)
-            _bind(k, spot, readonly=False)
-            stash.append((spot, k))
-        _tmpfs(top, 1)
-        for spot, k in stash:
-            os.makedirs(k, exist_ok=True)
-            _bind(spot, k)
+        _cover(top, keep, lambda t: _tmpfs(t, 1))
+
+
+def _cover(top, keep, mount):
+    if not os.path.isdir(top):  # absent, or under an earlier cover already
+        return
+    held = [(os.open(k, os.O_PATH | os.O_DIRECTORY), k) for k in keep if _under(k, top) and os.path.isdir(k)]
+    mount(top)
+    for fd, k in held:
+        os.makedirs(k, exist_ok=True)
+        _bind(f"/proc/self/fd/{fd}", k)
+        os.close(fd)
 
 
 def isolate(spec):
