@@ -79,6 +79,16 @@ COMMON_SPOTS = ('["/tmp/atoll_note", "/var/tmp/atoll_note", "/dev/shm/atoll_note
                 'PROJECT + "/atoll_note"]')
 
 
+def assert_no_better(result, honest_score: float, tolerance: float) -> None:
+    """A hostile program either scores no better than the honest one or fails with a readable reason."""
+    from store.records import Status
+
+    if result.status == Status.OK:
+        assert result.score <= honest_score + tolerance, result
+    else:
+        assert result.error and len(result.error.strip()) > 10
+
+
 def forge_frame(head: str, answer: str, fake: dict) -> str:
     """A program `def {head}:` that forges the result frame `fake`, then returns `answer`."""
     return _FORGE.format(head=head, answer=answer, fake=fake)

@@ -11,7 +11,7 @@ import pytest
 from evaluators.config import SandboxConfig
 from evaluators.evaluator import Evaluator
 from store.records import Status
-from tests.evaluators.hostile import SNOOP_PRELUDE, forge_frame, remember_prelude
+from tests.evaluators.hostile import SNOOP_PRELUDE, assert_no_better, forge_frame, remember_prelude
 
 OPTIONS = {"search_instances": [{"lead_time": 1, "penalty": 4, "demand": "poisson"},
                                 {"lead_time": 2, "penalty": 19, "demand": "poisson"}],
@@ -90,11 +90,8 @@ def honest(evaluator):
     return scores
 
 
-def _no_better(result, zero_score):
-    if result.status == Status.OK:
-        assert result.score <= zero_score + 1e-12, result
-    else:
-        assert result.error and len(result.error.strip()) > 10
+def _no_better(result, honest_score):
+    assert_no_better(result, honest_score, 1e-12)
 
 
 @pytest.mark.parametrize("name, code", [("patch scoring", PATCH_SCORING), ("patch numpy", PATCH_NUMPY)])

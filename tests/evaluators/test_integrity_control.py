@@ -12,7 +12,7 @@ from evaluators.config import SandboxConfig
 from evaluators.control_programs import LANDER_HEURISTIC
 from evaluators.evaluator import Evaluator
 from store.records import Status
-from tests.evaluators.hostile import SNOOP_PRELUDE, forge_frame, remember_prelude
+from tests.evaluators.hostile import SNOOP_PRELUDE, assert_no_better, forge_frame, remember_prelude
 
 OPTIONS = {"search_seeds": 3, "heldout_seeds": 4, "max_steps": 150, "tune_trials": 2, "tune_batch": 2,
            "linear_trials": 2}
@@ -113,11 +113,8 @@ def honest(evaluator):
     return scores
 
 
-def _no_better(result, zero_score):
-    if result.status == Status.OK:
-        assert result.score <= zero_score + 1e-9, result
-    else:
-        assert result.error and len(result.error.strip()) > 10
+def _no_better(result, honest_score):
+    assert_no_better(result, honest_score, 1e-9)
 
 
 @pytest.mark.parametrize("name, code", [("patch scoring", PATCH_SCORING), ("patch numpy", PATCH_NUMPY),

@@ -12,7 +12,7 @@ from evaluators.config import SandboxConfig
 from evaluators.evaluator import Evaluator
 from evaluators.trading_data import skfolio_data_dir
 from store.records import Status
-from tests.evaluators.hostile import SNOOP_PRELUDE, forge_frame, remember_prelude
+from tests.evaluators.hostile import SNOOP_PRELUDE, assert_no_better, forge_frame, remember_prelude
 
 OPTIONS = {"assets": ["SP500", "KO", "XOM"], "tune_bars": 60, "test_bars": 40, "holdout_bars": 60,
            "max_folds": 3, "tune_trials": 2}
@@ -120,11 +120,8 @@ def honest(evaluator):
     return scores
 
 
-def _no_better(result, score):
-    if result.status == Status.OK:
-        assert result.score <= score + 1e-12, result
-    else:
-        assert result.error and len(result.error.strip()) > 10
+def _no_better(result, honest_score):
+    assert_no_better(result, honest_score, 1e-12)
 
 
 @pytest.mark.parametrize("name, code", [("patch scoring", PATCH_SCORING), ("patch numpy", PATCH_NUMPY)])
