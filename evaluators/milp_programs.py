@@ -54,6 +54,8 @@ def policy(state, params):
 }
 
 # (name, template, params) for the embedded mutator; `{expr}` is the policy's return value.
+# Each motif's written defaults change the rule (none starts as a no-op); the mutator's
+# constant perturbations then tune them.
 MOTIFS = [
     ("fractionality tilt", '{expr} * (state["infeasibility"] + params["{p0}"])',
      (("frac_shift", 0.5, 0.0, 2.0),)),
@@ -64,9 +66,11 @@ MOTIFS = [
     ("lock weight",
      '{expr} * (1.0 + params["{p0}"] * (state["locks_down"] + state["locks_up"]) / '
      '(1.0 + np.max(state["locks_down"] + state["locks_up"])))',
-     (("lock_w", 0.0, 0.0, 3.0),)),
-    ("column density", '{expr} * (1.0 + state["col_nnz"]) ** params["{p0}"]', (("nnz_exp", 0.0, -1.0, 1.0),)),
-    ("objective weight",
-     '{expr} * (1.0 + params["{p0}"] * np.abs(state["obj"]) / (1e-9 + np.max(np.abs(state["obj"]))))',
-     (("obj_w", 0.0, -0.9, 3.0),)),
+     (("lock_w", 1.0, 0.0, 3.0),)),
+    ("column density", '{expr} * (1.0 + state["col_nnz"]) ** params["{p0}"]', (("nnz_exp", 0.5, -1.0, 1.0),)),
+    ("objective power",
+     '{expr} * (1e-6 + np.abs(state["obj"]) / (1e-9 + np.max(np.abs(state["obj"])))) ** params["{p0}"]',
+     (("obj_exp", 0.5, -1.0, 2.0),)),
+    ("lp value tilt", '{expr} * (params["{p0}"] + state["lp_value"] - np.floor(state["lp_value"]))',
+     (("lp_shift", 0.5, 0.05, 2.0),)),
 ]
