@@ -10,11 +10,27 @@ from controller.actors import EvaluatorActor
 from store.records import Candidate, Status
 
 
-def _evaluate_all(actors, programs: dict[str, tuple[str, str]]) -> dict:
-    """programs: label -> (program_id, code); returns label -> EvalResult (held-out)."""
-    refs = {label: actors[i % len(actors)].evaluate.remote(pid, code, "heldout")
+def _evaluate_all(actors, programs: dict[str, tuple[str, str]], console, on_done=None) -> dict:
+    """programs: label -> (program_id, code); returns label -> EvalResult (held-out), in `programs` order.
+
+    Prints one line per finished program (a held-out evaluation can take minutes) and
+    hands each result to `on_done(label, result)` as it arrives, so a crash later in the
+    report loses none of the finished ones.
+    """
+    start = time.monotonic()
+    refs = {actors[i % len(actors)].evaluate.remote(pid, code, "heldout"): label
             for i, (label, (pid, code)) in enumerate(programs.items())}
-    return {label: ray.get(ref) for label, ref in refs.items()}
+    console.print(f"[atoll] held-out: scoring {len(refs)} programs on {len(actors)} evaluators")
+    results, waiting = {}, list(refs)
+    while waiting:
+        ready, waiting = ray.wait(waiting, num_returns=1)
+        label = refs[ready[0]]
+        results[label] = ray.get(ready[0])
+        console.print(f"[atoll] held-out: {label} {results[label].status.value} "
+                      f"({len(results)}/{len(refs)}, {time.monotonic() - start:.0f}s)")
+        if on_done is not None:
+            on_done(label, results[label])
+    return {label: results[label] for label in programs}
 
 
 def _print_table(console, title: str, columns, rows, notes) -> None:
@@ -34,11 +50,12 @@ def heldout_report(search, console) -> dict:
     programs = {f"baseline: {name}": (f"baseline-{name}-{run_id}", code) for name, code in domain.baselines().items()}
     if best and stored is None:
         programs["evolved best"] = (best["program_id"], best["code"])
-    with console.status("scoring the evolved best and the baselines on the held-out split"):
-        results = _evaluate_all(search.evaluators, programs)
-    _store(archive, run_id, programs, results)
+    results = _evaluate_all(search.evaluators, programs, console,
+                            on_done=lambda label, result: _store(archive, run_id, {label: programs[label]},
+                                                                 {label: result}))
     if best and stored is not None:
         results["evolved best"] = _as_result(stored)
+    console.print("[atoll] held-out: measuring the domain's reference figures")
     reference = dict(domain.reference("heldout"), trials=search_trials(archive, run_id))
     columns, rows, notes = domain.heldout_table(results, reference)
     _print_table(console, f"held-out split ({domain.name})", columns, rows, notes)
@@ -88,8 +105,8 @@ def baseline_report(config, console) -> dict:
     actors = [EvaluatorActor.remote(config.domain.name, config.domain.options, config.evaluator.sandbox)
               for _ in range(n)]
     programs = {f"baseline: {name}": (f"baseline-{name}", code) for name, code in domain.baselines().items()}
-    with console.status("scoring the baselines on the held-out split"):
-        results = _evaluate_all(actors, programs)
+    results = _evaluate_all(actors, programs, console)
+    console.print("[atoll] held-out: measuring the domain's reference figures")
     columns, rows, notes = domain.heldout_table(results, domain.reference("heldout"))
     _print_table(console, f"baselines, held-out split ({domain.name})", columns, rows, notes)
     return results
