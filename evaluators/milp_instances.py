@@ -29,7 +29,7 @@ SIZES: dict[str, dict[str, dict]] = {
     "setcover": {"fast": {"rows": 200, "cols": 150, "density": 0.06},
                  "small": {"rows": 250, "cols": 200, "density": 0.05},
                  # fewer columns per row than the paper's shape: trees of tens to hundreds of nodes
-                 # beside a root of about 1.5 s, so the branching rule shows in the solve time
+                 # beside a root of up to about 1.3 s (benchmarks/milp_root_share.py), so the rule shows in the time
                  "medium": {"rows": 400, "cols": 200, "density": 0.05},
                  "standard": {"rows": 500, "cols": 1000, "density": 0.05},
                  "large": {"rows": 1000, "cols": 1000, "density": 0.05}},

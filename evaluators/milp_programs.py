@@ -71,6 +71,6 @@ MOTIFS = [
     ("objective power",
      '{expr} * (1e-6 + np.abs(state["obj"]) / (1e-9 + np.max(np.abs(state["obj"])))) ** params["{p0}"]',
      (("obj_exp", 0.5, -1.0, 2.0),)),
-    ("lp value tilt", '{expr} * (params["{p0}"] + state["lp_value"] - np.floor(state["lp_value"]))',
+    ("fractional part tilt", '{expr} * (params["{p0}"] + state["frac"])',
      (("lp_shift", 0.5, 0.05, 2.0),)),
 ]
