@@ -61,6 +61,9 @@ class MilpConfig(BaseModel):
                                                         "instance.")
     time_limit_s: float = Field(20.0, gt=0, le=3600, description="SCIP time limit per solve; unsolved runs count "
                                                                 "at this time.")
+    clock: Literal["cpu", "wall"] = Field(
+        "cpu", description="Solve-time clock: 'cpu' is SCIP's CPU clock plus the policy's waits (steady when "
+                           "other processes share the machine), 'wall' is SCIP's wall clock.")
     time_shift_s: float = Field(1.0, ge=0, le=100, description="Shift of the geometric mean of solve times.")
     tune_trials: int = Field(0, ge=0, le=1000, description="Optuna trials over PARAMS on the search split (each "
                                                           "solves every search run; 0: use the written defaults).")
@@ -140,7 +143,8 @@ class Milp(Domain):
     def builtin(self, rule: str, split: str) -> list[SolveRecord]:
         """A SCIP built-in rule's runs on `split`, measured once per domain object."""
         if (rule, split) not in self._builtin:
-            self._builtin[(rule, split)] = [solve(path, s, self.config.time_limit_s, builtin=BUILTIN_RULES[rule])
+            self._builtin[(rule, split)] = [solve(path, s, self.config.time_limit_s, builtin=BUILTIN_RULES[rule],
+                                                  clock=self.config.clock)
                                             for _, path, s in self.runs(split)]
         return self._builtin[(rule, split)]
 
@@ -162,14 +166,15 @@ class Milp(Domain):
 
     def _solve_paired(self, policy, values, runs) -> tuple[list[SolveRecord], list[SolveRecord]]:
         """Each run with the program, then at once with SCIP default: both under the same load."""
-        limit, records, default = self.config.time_limit_s, [], []
+        limit, clock, records, default = self.config.time_limit_s, self.config.clock, [], []
         for _, path, s in runs:
-            records.append(solve(path, s, limit, policy=policy, params=values))
-            default.append(solve(path, s, limit))
+            records.append(solve(path, s, limit, policy=policy, params=values, clock=clock))
+            default.append(solve(path, s, limit, clock=clock))
         return records, default
 
     def _solve_all(self, policy, values, runs) -> list[SolveRecord]:
-        return [solve(path, s, self.config.time_limit_s, policy=policy, params=values) for _, path, s in runs]
+        return [solve(path, s, self.config.time_limit_s, policy=policy, params=values, clock=self.config.clock)
+                for _, path, s in runs]
 
     def _tune(self, policy, params, runs, split):
         """Optuna (TPE, seeded) over PARAMS; the first trial is the written defaults."""

@@ -92,7 +92,9 @@ def _notes(config, labels: list[str], reference: dict) -> list[str]:
         f"Held-out: {len(labels)} {config.family} instances of size {config.heldout_size} "
         f"({', '.join(labels)}), never used by the search, x {config.scip_seeds} SCIP seeds; cuts at the root "
         f"only, no restarts, one thread, time limit {config.time_limit_s:g} s (unsolved runs count at the limit).",
-        f"sgm time: shifted geometric mean of SCIP's solving time (shift {config.time_shift_s:g} s); sgm nodes: shift "
+        f"sgm time: shifted geometric mean of solve time (shift {config.time_shift_s:g} s), "
+        + ("SCIP's CPU clock plus the wait on the program's process" if config.clock == "cpu" else
+           "SCIP's wall clock") + f"; sgm nodes: shift "
         f"{NODE_SHIFT:g}. vs default: sgm time over SCIP default's sgm time on the same runs (below 1 is faster than "
         "SCIP's default); the 95% CI is a bootstrap over instances (with few instances it is rough). "
         "wins: runs faster than SCIP default. in policy: share of solve time spent waiting on the program.",

@@ -10,6 +10,12 @@ because an exception cannot cross SCIP's C frames.
 
 Protocol: no cuts below the root (`separating/maxrounds=0`), no restarts, one
 thread, a time limit, SCIP's seed shifted per run, output off.
+
+Clock: "cpu" (the default) times SCIP with its CPU clock, which other processes
+on the machine (a second evaluator, the controller) barely move, and adds the
+wall time spent waiting on the policy, which runs in another process and so is
+not on that clock: a program is charged for its own computation. "wall" times
+everything with SCIP's wall clock. Either way the time limit holds for the sum.
 """
 from __future__ import annotations
 
@@ -26,13 +32,14 @@ from store.records import Status
 POLICY_PRIORITY = 1_000_000  # above relpscost's 10000
 BUILTIN_RULES = {"scip default": None, "scip pscost": "pscost", "scip fullstrong": "fullstrong"}
 _BIG = 1e20
+CLOCKS = {"cpu": 1, "wall": 2}  # SCIP's timing/clocktype
 
 
 @dataclass(frozen=True)
 class SolveRecord:
     """One solve of one instance with one SCIP seed."""
 
-    time_s: float  # SCIP's solving time (wall clock), the time limit when unsolved
+    time_s: float  # SCIP's solving time plus the policy's (see Clock above), the time limit when unsolved
     nodes: int
     status: str
     solved: bool
@@ -41,35 +48,44 @@ class SolveRecord:
     chosen_infeasibility: float = 0.0  # mean min(f, 1 - f) of the chosen candidates
 
 
-def new_model(path: str, scip_seed: int, time_limit_s: float) -> Model:
+def new_model(path: str, scip_seed: int, time_limit_s: float, clock: str = "cpu") -> Model:
+    if clock not in CLOCKS:
+        raise ValueError(f"unknown clock {clock!r}; choose one of {', '.join(CLOCKS)}")
     model = Model()
     model.hideOutput()
     model.readProblem(path)
     for name, value in (("separating/maxrounds", 0), ("presolving/maxrestarts", 0),
                         ("parallel/maxnthreads", 1), ("lp/threads", 1),
                         ("randomization/randomseedshift", scip_seed), ("limits/time", time_limit_s),
-                        ("timing/clocktype", 2)):
+                        ("timing/clocktype", CLOCKS[clock])):
         model.setParam(name, value)
     return model
 
 
 def solve(path: str, scip_seed: int, time_limit_s: float, builtin: str | None = None,
-          policy: PolicyFn | None = None, params: dict | None = None) -> SolveRecord:
+          policy: PolicyFn | None = None, params: dict | None = None, clock: str = "cpu") -> SolveRecord:
     """Solve once; `builtin` names a SCIP rule given top priority, `policy` plugs in a program."""
-    model = new_model(path, scip_seed, time_limit_s)
+    model = new_model(path, scip_seed, time_limit_s, clock)
     if builtin:
         model.setParam(f"branching/{builtin}/priority", POLICY_PRIORITY)
     rule = None
     if policy is not None:
-        rule = PolicyBranchrule(policy, dict(params or {}))
+        # on the CPU clock the policy's waits are not on SCIP's clock: the rule stops the solve
+        # itself once SCIP's time plus those waits reach the limit
+        rule = PolicyBranchrule(policy, dict(params or {}), time_limit_s if clock == "cpu" else math.inf)
         model.includeBranchrule(rule, "atoll_policy", "an evolved program, via the sandbox",
                                 priority=POLICY_PRIORITY, maxdepth=-1, maxbounddist=1.0)
     model.optimize()
     if rule is not None and rule.error is not None:
         raise rule.error
     status = model.getStatus()
+    spent = float(model.getSolvingTime())
+    if rule is not None and clock == "cpu":
+        spent += rule.policy_s
+    if rule is not None and rule.out_of_time:
+        status = "timelimit"
     solved = status in ("optimal", "infeasible")
-    record = SolveRecord(float(model.getSolvingTime()) if solved else float(time_limit_s),
+    record = SolveRecord(min(spent, float(time_limit_s)) if solved else float(time_limit_s),
                          int(model.getNNodes()), status, solved)
     if rule is not None:
         record = SolveRecord(record.time_s, record.nodes, status, solved, rule.calls, rule.policy_s,
@@ -103,9 +119,10 @@ def _finite(x: float) -> float:
 class PolicyBranchrule(Branchrule):
     """Branch on the LP candidate the policy scores highest; one policy call per decision."""
 
-    def __init__(self, policy: PolicyFn, params: dict):
-        self.policy, self.params = policy, params
+    def __init__(self, policy: PolicyFn, params: dict, limit_s: float = math.inf):
+        self.policy, self.params, self.limit_s = policy, params, limit_s
         self.error: BaseException | None = None
+        self.out_of_time = False
         self.calls, self.policy_s, self.chosen = 0, 0.0, []
         self._nnz: dict[int, int] | None = None
 
@@ -120,6 +137,10 @@ class PolicyBranchrule(Branchrule):
             return {"result": SCIP_RESULT.DIDNOTRUN}
 
     def _branch(self):
+        if self.model.getSolvingTime() + self.policy_s >= self.limit_s:
+            self.out_of_time = True
+            self.model.interruptSolve()
+            return {"result": SCIP_RESULT.DIDNOTRUN}
         cands, sols, fracs, _, npriocands, _ = self.model.getLPBranchCands()
         cands, state = cands[:npriocands], self.features(cands[:npriocands], sols, fracs)
         start = time.perf_counter()

@@ -1,5 +1,6 @@
 """The MILP branching domain: generators, real SCIP solves, the policy channel's failure modes."""
 import os
+import time
 
 import numpy as np
 import pydantic
@@ -80,6 +81,34 @@ def test_most_infeasible_needs_more_nodes_than_pscost_on_fixed_instances():
     nodes = {name: [solve(p, 0, 60, policy=in_process(BASELINES[name])).nodes for p in paths]
              for name in ("pscost", "most-infeasible")}
     assert sum(nodes["most-infeasible"]) > 2 * sum(nodes["pscost"]) > 2 * len(paths), nodes
+
+
+def sleepy(seconds):
+    """An in-process rule that waits `seconds` per decision: wall time, no CPU time."""
+    def policy(batches):
+        time.sleep(seconds)
+        return [state["infeasibility"] for state, _ in batches]
+    return policy
+
+
+def test_the_cpu_clock_charges_the_wait_on_the_policy():
+    path = str(milp_instances.instance_path("setcover", "fast", 1))
+    wall = solve(path, 0, 60, policy=sleepy(0.02), clock="wall")
+    cpu = solve(path, 0, 60, policy=sleepy(0.02), clock="cpu")
+    assert wall.solved and cpu.solved and wall.nodes == cpu.nodes and cpu.calls > 5
+    assert cpu.policy_s >= 0.02 * cpu.calls
+    assert cpu.time_s >= cpu.policy_s  # the sleeps are not on SCIP's CPU clock, yet they are charged
+    with pytest.raises(ValueError, match="unknown clock"):
+        solve(path, 0, 60, clock="sundial")
+
+
+@pytest.mark.parametrize("clock", ["cpu", "wall"])
+def test_a_slow_rule_is_stopped_at_the_time_limit_on_either_clock(clock):
+    path = str(milp_instances.instance_path("setcover", "fast", 1))
+    start = time.perf_counter()
+    record = solve(path, 0, 0.5, policy=sleepy(0.2), clock=clock)
+    assert not record.solved and record.status == "timelimit" and record.time_s == 0.5
+    assert record.calls <= 4 and time.perf_counter() - start < 5
 
 
 def test_evaluation_reports_per_run_figures_and_a_score_against_scip_default(evaluator):
