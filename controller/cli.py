@@ -17,6 +17,7 @@ EPILOG = """examples:
   atoll status runs/try
   atoll query runs/try "SELECT * FROM mutator_success"
   atoll best runs/try
+  atoll report runs/try                             the held-out table again (after a stopped report)
   atoll baselines configs/inventory.toml
 
 shipped configs (configs/*.toml): inventory; milp_setcover, milp_cauctions, milp_facility,
@@ -42,6 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
                        ("best", "show the best program and its held-out metrics")):
         p = sub.add_parser(name, help=text)
         p.add_argument("run_dir", help="a run directory (holds archive.duckdb)")
+    report = sub.add_parser("report", help="print a finished run's held-out table again (scores only what the "
+                                           "archive lacks, e.g. after a report was stopped)")
+    report.add_argument("run_dir", help="a run directory (holds archive.duckdb)")
+    report.add_argument("--ray-address", help="join this Ray cluster (default: RAY_ADDRESS, else start a local Ray)")
     for p in (run, sub.choices["resume"]):
         p.add_argument("--ray-address", help="join this Ray cluster (default: RAY_ADDRESS, else start a local Ray)")
         p.add_argument("--no-report", action="store_true", help="skip the held-out table at the end")

@@ -49,7 +49,8 @@ def cmd_run(args) -> int:
     with DuckDBArchive(run_dir / ARCHIVE) as archive:
         run_id = run_dir.resolve().name + "-" + time.strftime("%H%M%S")
         archive.create_run(run_id, config.model_dump(mode="json"), text)
-        console.print(f"[bold]atoll[/] run {run_id} in {run_dir} (resume with: atoll resume {run_dir})")
+        console.print(f"[bold]atoll[/] run {run_id} in {run_dir} (resume with: atoll resume {run_dir})",
+                      soft_wrap=True)
         return _search(config, archive, run_id, run_dir, args)
 
 
@@ -69,7 +70,6 @@ def cmd_resume(args) -> int:
 def _search(config, archive, run_id, run_dir, args) -> int:
     from controller.actors import connect
     from controller.loop import Search
-    from controller.report import heldout_report
 
     connect(args.ray_address)
     signal.signal(signal.SIGTERM, _stop_cleanly)  # `ray job stop`, a scheduler's kill: commit, then exit
@@ -81,10 +81,52 @@ def _search(config, archive, run_id, run_dir, args) -> int:
         raise UserError(f"the seed program failed ({search.seed_error}); nothing to evolve from")
     console.print(f"search {status}: {archive.count_evaluations(run_id, 'search')} evaluations")
     if status != "interrupted" and not args.no_report:
-        heldout_report(search, console)
-    elif status == "interrupted":
-        console.print(f"stopped; everything finished is committed. Continue with: atoll resume {run_dir}")
+        return _report(archive, run_id, search.domain, search.evaluators, run_dir)
+    if status == "interrupted":
+        console.print(f"stopped; everything finished is committed. Continue with: atoll resume {run_dir}",
+                      soft_wrap=True)
     return 130 if status == "interrupted" else 0
+
+
+def _report(archive, run_id, domain, evaluators, run_dir) -> int:
+    """The held-out table; Ctrl-C (or SIGTERM) stops it with what finished kept."""
+    from controller.report import heldout_report
+
+    try:
+        heldout_report(archive, run_id, domain, evaluators, console)
+    except KeyboardInterrupt:
+        console.print("held-out report stopped. The search is committed, and so is every held-out result "
+                      f"that finished. Print the table (scoring only what is missing) with: atoll report {run_dir}",
+                      soft_wrap=True)  # one line: the command must survive copy and paste
+        return 130
+    return 0
+
+
+def cmd_report(args) -> int:
+    import ray
+
+    from controller.actors import EvaluatorActor, connect
+    from evaluators.registry import get_domain
+
+    run_dir = Path(args.run_dir)
+    with _archive(run_dir) as archive:
+        run_id = archive.latest_run_id()
+        run = archive.get_run(run_id) if run_id else None
+        if run is None:
+            raise UserError(f"{run_dir} holds no run to report on")
+        if run["status"] == "running":
+            raise UserError(f"{run_dir}: the run is marked running (live, or stopped without ending); "
+                            f"finish it with: atoll resume {run_dir}")
+        if archive.count_evaluations(run_id, "search") == 0:
+            raise UserError(f"{run_dir} has no search evaluations yet; nothing to report")
+        config = validate(run["config"])
+        connect(args.ray_address)
+        signal.signal(signal.SIGTERM, _stop_cleanly)
+        n = config.evaluator.actors or max(1, int(ray.cluster_resources().get("CPU", 1)))
+        evaluators = [EvaluatorActor.remote(config.domain.name, config.domain.options, config.evaluator.sandbox,
+                                            (str(run_dir.resolve()),)) for _ in range(n)]
+        domain = get_domain(config.domain.name, **config.domain.options)
+        return _report(archive, run_id, domain, evaluators, run_dir)
 
 
 def _stop_cleanly(signum, frame):
@@ -103,7 +145,7 @@ def cmd_status(args) -> int:
     _print_rows(cols, rows, note)
     if not from_snapshot(note) and any(row[1] == "running" for row in rows):
         console.print("no driver holds this run: it stopped without ending (crash, kill or lost machine); "
-                      f"everything committed is kept. Continue with: atoll resume {run_dir}")
+                      f"everything committed is kept. Continue with: atoll resume {run_dir}", soft_wrap=True)
     return 0
 
 

@@ -42,19 +42,28 @@ def _print_table(console, title: str, columns, rows, notes) -> None:
         console.print(note)
 
 
-def heldout_report(search, console) -> dict:
-    """Score the best program and the baselines on the held-out split, store and print them."""
-    archive, run_id, domain = search.archive, search.run_id, search.domain
+def heldout_report(archive, run_id: str, domain, evaluators, console) -> dict:
+    """Score the best program and the baselines on the held-out split, store and print them.
+
+    Held-out results already in the archive (an earlier report of this run, stopped
+    part-way or not) are reused, not re-evaluated.
+    """
     best = archive.best_program(run_id, "search")
-    stored = archive.evaluation(best["program_id"], "heldout") if best else None
     programs = {f"baseline: {name}": (f"baseline-{name}-{run_id}", code) for name, code in domain.baselines().items()}
-    if best and stored is None:
+    if best:
         programs["evolved best"] = (best["program_id"], best["code"])
-    results = _evaluate_all(search.evaluators, programs, console,
-                            on_done=lambda label, result: _store(archive, run_id, {label: programs[label]},
-                                                                 {label: result}))
-    if best and stored is not None:
-        results["evolved best"] = _as_result(stored)
+    stored = {label: _as_result(row) for label, (pid, _) in programs.items()
+              if (row := archive.evaluation(pid, "heldout")) is not None}
+    if stored:
+        console.print(f"[atoll] held-out: {len(stored)} of {len(programs)} programs already scored, "
+                      f"from the archive: {', '.join(stored)}")
+    todo = {label: program for label, program in programs.items() if label not in stored}
+    results = dict(stored)
+    if todo:
+        results.update(_evaluate_all(evaluators, todo, console,
+                                     on_done=lambda label, result: _store(archive, run_id, {label: todo[label]},
+                                                                          {label: result})))
+    results = {label: results[label] for label in programs}
     console.print("[atoll] held-out: measuring the domain's reference figures")
     reference = dict(domain.reference("heldout"), trials=search_trials(archive, run_id))
     columns, rows, notes = domain.heldout_table(results, reference)

@@ -40,6 +40,32 @@ def test_run_then_best_status_and_query(atoll_cli, tmp_path):
     assert "completed" in status.stdout
     cols, rows, _ = run_query(run_dir, "SELECT count(*) FROM mutator_success")
     assert rows[0][0] >= 1
+    again = atoll_cli("report", str(run_dir))  # every held-out result is in the archive: nothing is re-scored
+    assert "5 of 5 programs already scored" in again.stdout and "scoring" not in again.stdout
+    assert "optimized base-stock" in again.stdout and "DP optimum" in again.stdout
+
+
+def test_ctrl_c_during_the_report_keeps_the_search_and_the_report_command_finishes_it(atoll_cli, tmp_path):
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "controller", "run", "configs/inventory.toml", "--run-dir", str(run_dir),
+           "--max-evals", "4", *TINY]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(tmp_path), start_new_session=True, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        for line in proc.stdout:
+            if "held-out: scoring" in line:
+                break
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends
+        rest, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert f"atoll report {run_dir}" in rest
+    assert "completed" in atoll_cli("status", str(run_dir)).stdout
+    done = atoll_cli("report", str(run_dir))
+    assert "held-out split (inventory)" in done.stdout and "evolved best" in done.stdout
+    assert _counts(run_dir) == (4, 4)
 
 
 def test_kill_9_then_resume_completes_the_budget(tmp_path):
