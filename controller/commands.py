@@ -32,6 +32,14 @@ def _archive(run_dir: Path, read_only: bool = False):
         raise
 
 
+def _latest_run(archive, run_dir: Path, verb: str) -> tuple[str, dict]:
+    run_id = archive.latest_run_id()
+    run = archive.get_run(run_id) if run_id else None
+    if run is None:
+        raise UserError(f"{run_dir} holds no run to {verb}")
+    return run_id, run
+
+
 def _run_dir_for(config: AtollConfig, given: str | None) -> Path:
     run_dir = Path(given) if given else Path("runs") / f"{config.run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     if (run_dir / ARCHIVE).exists():
@@ -57,10 +65,7 @@ def cmd_run(args) -> int:
 def cmd_resume(args) -> int:
     run_dir = Path(args.run_dir)
     with _archive(run_dir) as archive:
-        run_id = archive.latest_run_id()
-        run = archive.get_run(run_id) if run_id else None
-        if run is None:
-            raise UserError(f"{run_dir} holds no run to resume")
+        run_id, run = _latest_run(archive, run_dir, "resume")
         config = validate(run["config"])
         done = archive.count_evaluations(run_id, "search")
         console.print(f"[bold]atoll[/] resuming {run_id}: {done}/{config.run.max_evals} evaluations done")
@@ -110,10 +115,7 @@ def cmd_report(args) -> int:
 
     run_dir = Path(args.run_dir)
     with _archive(run_dir) as archive:
-        run_id = archive.latest_run_id()
-        run = archive.get_run(run_id) if run_id else None
-        if run is None:
-            raise UserError(f"{run_dir} holds no run to report on")
+        run_id, run = _latest_run(archive, run_dir, "report on")
         if run["status"] == "running":
             raise UserError(f"{run_dir}: the run is marked running (live, or stopped without ending); "
                             f"finish it with: atoll resume {run_dir}")

@@ -130,6 +130,7 @@ def test_query_answers_during_a_live_run_and_refuses_writes(tmp_path):
     (["run", "configs/absent.toml"], "does not exist"),
     (["resume", "/nonexistent/run"], "is not a run directory"),
     (["query", "/nonexistent/run", "SELECT 1"], "not a run directory"),
+    (["report", "/nonexistent/run"], "not a run directory"),
     (["run", "configs/inventory.toml", "--set", "islands.count=-1"], "islands.count"),
 ])
 def test_bad_input_gets_one_line_and_exit_2(atoll_cli, args, needle):
