@@ -119,13 +119,19 @@ def act(obs, params):
 '''
 
 PENDULUM_MOTIFS = [
-    ("angle feedback", '{expr} - params["{p0}"] * np.arctan2(obs[:, 1], obs[:, 0])', (("k_angle", 0.0, -20.0, 20.0),)),
-    ("velocity damping", '{expr} - params["{p0}"] * obs[:, 2]', (("k_vel", 0.0, -10.0, 10.0),)),
+    # written defaults act (none is a no-op); "energy pump" then "balance near upright" is the
+    # energy swing-up baseline's structure, the rest are its ingredients
+    ("angle feedback", '{expr} - params["{p0}"] * np.arctan2(obs[:, 1], obs[:, 0])', (("k_angle", 2.0, -20.0, 20.0),)),
+    ("velocity damping", '{expr} - params["{p0}"] * obs[:, 2]', (("k_vel", 0.5, -10.0, 10.0),)),
     ("energy pump", '{expr} + params["{p0}"] * obs[:, 2] * (15.0 - 0.5 * obs[:, 2] ** 2 - 15.0 * obs[:, 0])',
-     (("k_energy", 0.0, -1.0, 1.0),)),
+     (("k_energy", 0.2, -1.0, 1.0),)),
+    ("balance near upright",
+     'np.where(obs[:, 0] > params["{p0}"], -params["{p1}"] * np.arctan2(obs[:, 1], obs[:, 0]) '
+     '- params["{p2}"] * obs[:, 2], {expr})',
+     (("catch", 0.85, 0.0, 1.0), ("kp", 10.0, 0.0, 30.0), ("kd", 2.0, 0.0, 10.0))),
     ("swing when hanging", 'np.where(obs[:, 0] < params["{p0}"], params["{p1}"] * np.sign(obs[:, 2] + 1e-3), {expr})',
-     (("hang_cos", -1.0, -1.0, 1.0), ("swing_torque", 2.0, -2.0, 2.0))),
-    ("torque limit", 'np.clip({expr}, -params["{p0}"], params["{p0}"])', (("torque_cap", 2.0, 0.0, 2.0),)),
+     (("hang_cos", -0.5, -1.0, 1.0), ("swing_torque", 2.0, -2.0, 2.0))),
+    ("torque limit", 'np.clip({expr}, -params["{p0}"], params["{p0}"])', (("torque_cap", 1.5, 0.0, 2.0),)),
     ("saturate", 'params["{p0}"] * np.tanh({expr})', (("tanh_scale", 2.0, 0.0, 2.0),)),
 ]
 

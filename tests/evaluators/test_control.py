@@ -158,3 +158,18 @@ def test_shipped_configs_give_the_linear_baseline_the_search_budget(name):
     config, _ = load_config(Path(__file__).resolve().parents[2] / "configs" / f"{name}.toml")
     assert config.domain.name == "control"
     assert config.domain.options["linear_trials"] == config.run.max_evals
+
+
+def test_pendulum_motifs_compose_into_a_swing_up_at_their_written_defaults():
+    """'energy pump' then 'balance near upright' on the constant-torque seed: the baseline's structure."""
+    from workers.ast_ops import Motif, OpContext, insert_motif
+
+    domain = get_domain("control", env="Pendulum-v1", search_seeds=6, tune_trials=1, tune_batch=1, linear_trials=1)
+    motifs = {name: Motif(name, template, params) for name, template, params in domain.motifs()}
+    code = domain.seed_program
+    for name in ("energy pump", "balance near upright"):
+        code = insert_motif(code, OpContext("act", np.random.default_rng(0), motifs=(motifs[name],)))
+        assert code is not None, name
+    seed = domain.evaluate(in_process(domain.seed_program), read_params(domain.seed_program), "search")
+    swing = domain.evaluate(in_process(code), read_params(code), "search")  # one trial: the written defaults
+    assert seed.score < -900 and swing.score > -400, (seed.score, swing.score)
