@@ -37,6 +37,16 @@ EvaluatorActor = ray.remote(num_cpus=1, max_restarts=0)(Evaluator)
 MutatorActor = ray.remote(num_cpus=0)(MutationWorker)
 
 
+def evaluator_count(config) -> int:
+    """`evaluator.actors`, or one per CPU of the cluster when it is 0."""
+    return config.evaluator.actors or max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+def new_evaluator(config, hide: tuple[str, ...] = ()):
+    """An evaluator actor for `config`'s domain; `hide` lists paths its sandboxes must not see."""
+    return EvaluatorActor.remote(config.domain.name, config.domain.options, config.evaluator.sandbox, hide)
+
+
 def project_root() -> str:
     return str(Path(__file__).resolve().parents[1])
 

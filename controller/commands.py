@@ -108,9 +108,7 @@ def _report(archive, run_id, domain, evaluators, run_dir) -> int:
 
 
 def cmd_report(args) -> int:
-    import ray
-
-    from controller.actors import EvaluatorActor, connect
+    from controller.actors import connect, evaluator_count, new_evaluator
     from evaluators.registry import get_domain
 
     run_dir = Path(args.run_dir)
@@ -124,9 +122,7 @@ def cmd_report(args) -> int:
         config = validate(run["config"])
         connect(args.ray_address)
         signal.signal(signal.SIGTERM, _stop_cleanly)
-        n = config.evaluator.actors or max(1, int(ray.cluster_resources().get("CPU", 1)))
-        evaluators = [EvaluatorActor.remote(config.domain.name, config.domain.options, config.evaluator.sandbox,
-                                            (str(run_dir.resolve()),)) for _ in range(n)]
+        evaluators = [new_evaluator(config, (str(run_dir.resolve()),)) for _ in range(evaluator_count(config))]
         domain = get_domain(config.domain.name, **config.domain.options)
         return _report(archive, run_id, domain, evaluators, run_dir)
 

@@ -17,7 +17,7 @@ import msgpack
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
-from controller.actors import EvaluatorActor, MutatorActor
+from controller.actors import MutatorActor, evaluator_count, new_evaluator
 from controller.progress import Progress
 from evaluators.params import write_params
 from evaluators.registry import get_domain
@@ -81,7 +81,7 @@ class Search:
     # --- actors -------------------------------------------------------------
     def _start_actors(self) -> None:
         c = self.config
-        n = c.evaluator.actors or max(1, int(ray.cluster_resources().get("CPU", 1)))
+        n = evaluator_count(c)
         self.evaluators = [self._new_evaluator() for _ in range(n)]
         self.load = {i: 0 for i in range(n)}
         self.mutators = [MutatorActor.remote(c.domain.name, c.domain.options, c.mutator.embedded)
@@ -89,8 +89,7 @@ class Search:
         self._next_mutator = 0
 
     def _new_evaluator(self):
-        c = self.config
-        return EvaluatorActor.remote(c.domain.name, c.domain.options, c.evaluator.sandbox, self.hide)
+        return new_evaluator(self.config, self.hide)
 
     def _submit_eval(self, candidate: Candidate, split: str = "search") -> None:
         i = min(self.load, key=self.load.get)

@@ -6,7 +6,7 @@ import time
 import ray
 from rich.table import Table
 
-from controller.actors import EvaluatorActor
+from controller.actors import evaluator_count, new_evaluator
 from store.records import Candidate, Status
 
 
@@ -61,8 +61,8 @@ def heldout_report(archive, run_id: str, domain, evaluators, console) -> dict:
     results = dict(stored)
     if todo:
         results.update(_evaluate_all(evaluators, todo, console,
-                                     on_done=lambda label, result: _store(archive, run_id, {label: todo[label]},
-                                                                          {label: result})))
+                                     on_done=lambda label, result: _store(archive, run_id, label, todo[label],
+                                                                          result)))
     results = {label: results[label] for label in programs}
     console.print("[atoll] held-out: measuring the domain's reference figures")
     reference = dict(domain.reference("heldout"), trials=search_trials(archive, run_id))
@@ -82,19 +82,14 @@ def search_trials(archive, run_id: str) -> dict:
     return {"count": archive.count_evaluations(run_id, "search"), "search_scores": scores}
 
 
-def _store(archive, run_id, programs, results) -> None:
-    pairs, evaluations = [], []
-    for label, (pid, code) in programs.items():
-        if label.startswith("baseline: "):
-            name = label.removeprefix("baseline: ")
-            pairs.append((Candidate(pid, run_id, -1, 0, (), code, f"baseline:{name}", time.time()), results[label]))
-        else:
-            evaluations.append(results[label])
-    pairs = [(c, r) for c, r in pairs if archive.evaluation(c.program_id, "heldout") is None]
-    if pairs:
-        archive.record(pairs)
-    if evaluations:
-        archive.record_evaluations(evaluations, run_id)
+def _store(archive, run_id: str, label: str, program: tuple[str, str], result) -> None:
+    """One held-out result: a baseline is recorded with its program row, a searched program's alone."""
+    if label.startswith("baseline: "):
+        pid, code = program
+        name = label.removeprefix("baseline: ")
+        archive.record([(Candidate(pid, run_id, -1, 0, (), code, f"baseline:{name}", time.time()), result)])
+    else:
+        archive.record_evaluations([result], run_id)
 
 
 def _as_result(row: dict):
@@ -110,9 +105,7 @@ def baseline_report(config, console) -> dict:
     from evaluators.registry import get_domain
 
     domain = get_domain(config.domain.name, **config.domain.options)
-    n = config.evaluator.actors or max(1, int(ray.cluster_resources().get("CPU", 1)))
-    actors = [EvaluatorActor.remote(config.domain.name, config.domain.options, config.evaluator.sandbox)
-              for _ in range(n)]
+    actors = [new_evaluator(config) for _ in range(evaluator_count(config))]
     programs = {f"baseline: {name}": (f"baseline-{name}", code) for name, code in domain.baselines().items()}
     results = _evaluate_all(actors, programs, console)
     console.print("[atoll] held-out: measuring the domain's reference figures")
