@@ -10,27 +10,41 @@ from controller.actors import evaluator_count, new_evaluator
 from store.records import Candidate, Status
 
 
-def _evaluate_all(actors, programs: dict[str, tuple[str, str]], console, on_done=None) -> dict:
-    """programs: label -> (program_id, code); returns label -> EvalResult (held-out), in `programs` order.
+def _evaluate_all(actors, programs: dict[str, tuple[str, str]], console, on_done=None) -> tuple[dict, dict]:
+    """Score `programs` (label -> (program_id, code)) on the held-out split and measure the domain's
+    reference figures; returns (label -> EvalResult in `programs` order, reference).
 
-    Prints one line per finished program (a held-out evaluation can take minutes) and
-    hands each result to `on_done(label, result)` as it arrives, so a crash later in the
-    report loses none of the finished ones.
+    Each actor takes the next job as soon as it is free (held-out jobs differ by minutes);
+    the reference figures go first, since they are often the longest job (SCIP's own rules).
+    Prints one line per finished job and hands each result to `on_done(label, result)` as it
+    arrives, so a crash later in the report loses none of the finished ones.
     """
     start = time.monotonic()
-    refs = {actors[i % len(actors)].evaluate.remote(pid, code, "heldout"): label
-            for i, (label, (pid, code)) in enumerate(programs.items())}
-    console.print(f"[atoll] held-out: scoring {len(refs)} programs on {len(actors)} evaluators")
-    results, waiting = {}, list(refs)
-    while waiting:
-        ready, waiting = ray.wait(waiting, num_returns=1)
-        label = refs[ready[0]]
+    jobs = [(None, None)] + list(programs.items())
+    console.print(f"[atoll] held-out: scoring {len(programs)} programs and measuring the domain's reference "
+                  f"figures on {len(actors)} evaluators" if programs else
+                  "[atoll] held-out: measuring the domain's reference figures")
+    results, reference, running, free = {}, None, {}, list(actors)
+    while jobs or running:
+        while jobs and free:
+            actor = free.pop(0)
+            label, program = jobs.pop(0)
+            ref = actor.reference.remote("heldout") if label is None else actor.evaluate.remote(*program, "heldout")
+            running[ref] = (label, actor)
+        ready, _ = ray.wait(list(running), num_returns=1)
+        label, actor = running.pop(ready[0])
+        free.append(actor)
+        elapsed = f"{time.monotonic() - start:.0f}s"
+        if label is None:
+            reference = ray.get(ready[0])
+            console.print(f"[atoll] held-out: reference figures measured ({elapsed})")
+            continue
         results[label] = ray.get(ready[0])
         console.print(f"[atoll] held-out: {label} {results[label].status.value} "
-                      f"({len(results)}/{len(refs)}, {time.monotonic() - start:.0f}s)")
+                      f"({len(results)}/{len(programs)}, {elapsed})")
         if on_done is not None:
             on_done(label, results[label])
-    return {label: results[label] for label in programs}
+    return {label: results[label] for label in programs}, reference
 
 
 def _print_table(console, title: str, columns, rows, notes) -> None:
@@ -58,14 +72,10 @@ def heldout_report(archive, run_id: str, domain, evaluators, console) -> dict:
         console.print(f"[atoll] held-out: {len(stored)} of {len(programs)} programs already scored, "
                       f"from the archive: {', '.join(stored)}")
     todo = {label: program for label, program in programs.items() if label not in stored}
-    results = dict(stored)
-    if todo:
-        results.update(_evaluate_all(evaluators, todo, console,
-                                     on_done=lambda label, result: _store(archive, run_id, label, todo[label],
-                                                                          result)))
-    results = {label: results[label] for label in programs}
-    console.print("[atoll] held-out: measuring the domain's reference figures")
-    reference = dict(domain.reference("heldout"), trials=search_trials(archive, run_id))
+    scored, reference = _evaluate_all(evaluators, todo, console,
+                                      on_done=lambda label, result: _store(archive, run_id, label, todo[label], result))
+    results = {label: {**stored, **scored}[label] for label in programs}
+    reference = dict(reference, trials=search_trials(archive, run_id))
     columns, rows, notes = domain.heldout_table(results, reference)
     _print_table(console, f"held-out split ({domain.name})", columns, rows, notes)
     return results
@@ -107,8 +117,7 @@ def baseline_report(config, console) -> dict:
     domain = get_domain(config.domain.name, **config.domain.options)
     actors = [new_evaluator(config) for _ in range(evaluator_count(config))]
     programs = {f"baseline: {name}": (f"baseline-{name}", code) for name, code in domain.baselines().items()}
-    results = _evaluate_all(actors, programs, console)
-    console.print("[atoll] held-out: measuring the domain's reference figures")
-    columns, rows, notes = domain.heldout_table(results, domain.reference("heldout"))
+    results, reference = _evaluate_all(actors, programs, console)
+    columns, rows, notes = domain.heldout_table(results, reference)
     _print_table(console, f"baselines, held-out split ({domain.name})", columns, rows, notes)
     return results

@@ -70,7 +70,7 @@ MOTIFS = [
     ("column density", '{expr} * (1.0 + state["col_nnz"]) ** params["{p0}"]', (("nnz_exp", 0.5, -1.0, 1.0),)),
     ("objective power",
      '{expr} * (1e-6 + np.abs(state["obj"]) / (1e-9 + np.max(np.abs(state["obj"])))) ** params["{p0}"]',
-     (("obj_exp", 0.5, -1.0, 2.0),)),
+     (("obj_exp", 1.0, -1.0, 2.0),)),
     ("fractional part tilt", '{expr} * (params["{p0}"] + state["frac"])',
      (("lp_shift", 0.5, 0.05, 2.0),)),
 ]

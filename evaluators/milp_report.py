@@ -73,7 +73,43 @@ def heldout_table(config, labels: list[str], results: dict[str, EvalResult], ref
         rows.append(_row(label, per_run, shift) if result.status == Status.OK and per_run else _failed(label, result))
     for rule, per_run in reference.get("rules", {}).items():
         rows.append(_row(f"reference: {rule}", per_run, shift))
-    return COLUMNS, rows, _notes(config, labels, reference) + same_trees(results)
+    return COLUMNS, rows, _notes(config, labels, reference) + head_to_head(results, shift) + same_trees(results)
+
+
+def paired_ratio_ci(rows: list[dict], other: list[dict], shift: float, key: str = "time_s",
+                    seed: int = 0) -> tuple[float, float, float]:
+    """sgm(`rows`) / sgm(`other`) over the same runs, with a 95% bootstrap interval over instances.
+
+    Both programs' runs are resampled together, so the interval is that of the comparison itself,
+    not of two separate ratios to SCIP default (each over its own re-solve of the default).
+    """
+    pairs = {(r["instance"], r["scip_seed"]): r for r in other}
+    joined = [{"instance": r["instance"], "time_s": r[key], "default_time_s": pairs[(r["instance"], r["scip_seed"])][key]}
+              for r in rows if (r["instance"], r["scip_seed"]) in pairs]
+    return ratio_ci(joined, shift, seed)
+
+
+def head_to_head(results: dict[str, EvalResult], shift: float) -> list[str]:
+    """The evolved best against each other program on the same runs: time and node ratios."""
+    best = results.get("evolved best")
+    if best is None or best.status != Status.OK or not (best.metrics or {}).get("per_run"):
+        return []
+    mine, notes = best.metrics["per_run"], []
+    for label in sorted(k for k in results if k != "evolved best"):
+        theirs = (results[label].metrics or {}).get("per_run")
+        if results[label].status != Status.OK or not theirs:
+            continue
+        t, lo, hi = paired_ratio_ci(mine, theirs, shift)
+        n = paired_ratio_ci(mine, theirs, NODE_SHIFT, key="nodes")[0]
+        by_run = {(r["instance"], r["scip_seed"]): r["time_s"] for r in theirs}
+        faster = sum(r["time_s"] < by_run[(r["instance"], r["scip_seed"])] for r in mine
+                     if (r["instance"], r["scip_seed"]) in by_run)
+        ci = f" [{lo:.3f}, {hi:.3f}]" if np.isfinite(lo) else ""
+        verdict = ("faster" if np.isfinite(hi) and hi < 1 else "slower" if np.isfinite(lo) and lo > 1
+                   else "not measurably different")
+        notes.append(f"evolved best against '{label}' on the same runs: time {t:.3f}x{ci}, nodes {n:.3f}x, "
+                     f"faster on {faster}/{len(mine)} runs: {verdict} (95% bootstrap over instances).")
+    return notes
 
 
 def same_trees(results: dict[str, EvalResult]) -> list[str]:
@@ -106,7 +142,7 @@ def _notes(config, labels: list[str], reference: dict) -> list[str]:
         ("Each program row's ratio uses SCIP default re-solved on each run right after the program's run, in "
          "the same evaluator (paired, same load)" if config.heldout_default == "paired" else
          "Each program row's ratio uses SCIP default measured once by the evaluator that scored it")
-        + "; reference rows use the default measured by the driver, so default times differ a little between "
+        + "; reference rows use the default measured once by the evaluator that measured them, so default times differ a little between "
           "rows, and more when the machine's load changes.",
     ]
     if trials:

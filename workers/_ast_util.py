@@ -129,6 +129,23 @@ def defined_names(tree: ast.Module, fn: ast.FunctionDef) -> set[str]:
     return module | args | set(local_names(fn)) | set(dir(builtins))
 
 
+def read_before_assignment(tree: ast.Module, fn: ast.FunctionDef) -> set[str]:
+    """Names a statement of `fn`'s body reads that nothing defines before it (or at all).
+
+    A statement may read what it assigns itself (a loop variable, an augmented assignment
+    after an earlier one); that is left to the program's own run.
+    """
+    known = defined_names(tree, fn) - set(local_names(fn))
+    missing = set()
+    for stmt in fn.body:
+        stored = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        stored |= {n.arg for n in ast.walk(stmt) if isinstance(n, ast.arg)}  # lambdas, nested functions
+        stored |= {n.name for n in ast.walk(stmt) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        missing |= used_names(stmt) - known - stored
+        known |= stored
+    return missing
+
+
 def used_names(node: ast.AST) -> set[str]:
     """Names an expression or statement reads."""
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}

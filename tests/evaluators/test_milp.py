@@ -10,10 +10,11 @@ from evaluators import milp_instances
 from evaluators.config import SandboxConfig
 from evaluators.evaluator import Evaluator
 from evaluators.milp_programs import BASELINES
+from evaluators.milp_report import head_to_head
 from evaluators.milp_scip import solve
 from evaluators.params import read_params
 from evaluators.registry import get_domain
-from store.records import Status
+from store.records import EvalResult, Status
 
 # Set cover: search instances 1 and 2 of stream 0, held-out instance 3 of stream 1 (all branch), one SCIP seed.
 TINY = {"search_size": "fast", "heldout_size": "fast", "search_instances": 2, "heldout_instances": 1,
@@ -170,3 +171,21 @@ def test_config_names_bad_sizes_and_equal_seeds():
 def test_the_instance_cache_is_hidden_from_candidates():
     domain = get_domain("milp", **TINY)
     assert domain.sandbox_hide() == (os.path.join(os.environ["ATOLL_CACHE_DIR"]),)
+
+
+def test_the_evolved_best_is_compared_with_each_program_run_by_run():
+    def result(times, nodes):
+        runs = [{"instance": f"i{k}", "scip_seed": 0, "time_s": t, "nodes": n, "default_time_s": 5.0,
+                 "default_nodes": 10} for k, (t, n) in enumerate(zip(times, nodes))]
+        return EvalResult("p", "heldout", Status.OK, score=0.0, metrics={"per_run": runs})
+
+    rng = np.random.default_rng(0)
+    base = rng.uniform(2.0, 8.0, size=8)
+    results = {"evolved best": result(base * 0.8, [50] * 8), "pscost": result(base, [100] * 8),
+               "twin": result(base * 0.8 * rng.uniform(0.9, 1.1, size=8), [50] * 8),
+               "broken": EvalResult("q", "heldout", Status.TIMEOUT, error="killed")}
+    notes = {note.split("'")[1]: note for note in head_to_head(results, shift=1.0)}
+    assert set(notes) == {"pscost", "twin"}
+    assert "faster on 8/8 runs: faster" in notes["pscost"] and "nodes 0.5" in notes["pscost"]
+    assert "not measurably different" in notes["twin"]
+    assert head_to_head({"pscost": results["pscost"]}, shift=1.0) == []
