@@ -90,8 +90,9 @@ def test_a_dead_fork_server_is_replaced():
     from evaluators import sandbox
 
     run("def policy(s, p):\n    return s['x']")
-    os.kill(sandbox._zygote()._proc.pid, 9)
-    sandbox._zygote()._proc.wait()
+    dead = sandbox._zygote()._proc  # held: a second _zygote() call may already have replaced it
+    os.kill(dead.pid, 9)
+    dead.wait(timeout=30)
     assert np.array_equal(run("def policy(s, p):\n    return s['x'] + 1")[0], [1.0, 2.0, 3.0])
 
 
