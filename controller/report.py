@@ -74,7 +74,8 @@ def heldout_report(archive, run_id: str, domain, evaluators, console) -> dict:
     todo = {label: program for label, program in programs.items() if label not in stored}
     scored, reference = _evaluate_all(evaluators, todo, console,
                                       on_done=lambda label, result: _store(archive, run_id, label, todo[label], result))
-    results = {label: {**stored, **scored}[label] for label in programs}
+    results = {**stored, **scored}
+    results = {label: results[label] for label in programs}
     reference = dict(reference, trials=search_trials(archive, run_id))
     columns, rows, notes = domain.heldout_table(results, reference)
     _print_table(console, f"held-out split ({domain.name})", columns, rows, notes)

@@ -83,10 +83,15 @@ def paired_ratio_ci(rows: list[dict], other: list[dict], shift: float, key: str 
     Both programs' runs are resampled together, so the interval is that of the comparison itself,
     not of two separate ratios to SCIP default (each over its own re-solve of the default).
     """
-    pairs = {(r["instance"], r["scip_seed"]): r for r in other}
-    joined = [{"instance": r["instance"], "time_s": r[key], "default_time_s": pairs[(r["instance"], r["scip_seed"])][key]}
-              for r in rows if (r["instance"], r["scip_seed"]) in pairs]
+    joined = [{"instance": a["instance"], "time_s": a[key], "default_time_s": b[key]}
+              for a, b in _same_runs(rows, other)]
     return ratio_ci(joined, shift, seed)
+
+
+def _same_runs(rows: list[dict], other: list[dict]) -> list[tuple[dict, dict]]:
+    """Pairs of per-run records of two programs on the same (instance, SCIP seed)."""
+    by_run = {(r["instance"], r["scip_seed"]): r for r in other}
+    return [(r, by_run[(r["instance"], r["scip_seed"])]) for r in rows if (r["instance"], r["scip_seed"]) in by_run]
 
 
 def head_to_head(results: dict[str, EvalResult], shift: float) -> list[str]:
@@ -101,14 +106,13 @@ def head_to_head(results: dict[str, EvalResult], shift: float) -> list[str]:
             continue
         t, lo, hi = paired_ratio_ci(mine, theirs, shift)
         n = paired_ratio_ci(mine, theirs, NODE_SHIFT, key="nodes")[0]
-        by_run = {(r["instance"], r["scip_seed"]): r["time_s"] for r in theirs}
-        faster = sum(r["time_s"] < by_run[(r["instance"], r["scip_seed"])] for r in mine
-                     if (r["instance"], r["scip_seed"]) in by_run)
+        pairs = _same_runs(mine, theirs)
+        faster = sum(a["time_s"] < b["time_s"] for a, b in pairs)
         ci = f" [{lo:.3f}, {hi:.3f}]" if np.isfinite(lo) else ""
         verdict = ("faster" if np.isfinite(hi) and hi < 1 else "slower" if np.isfinite(lo) and lo > 1
                    else "not measurably different")
         notes.append(f"evolved best against '{label}' on the same runs: time {t:.3f}x{ci}, nodes {n:.3f}x, "
-                     f"faster on {faster}/{len(mine)} runs: {verdict} (95% bootstrap over instances).")
+                     f"faster on {faster}/{len(pairs)} runs: {verdict} (95% bootstrap over instances).")
     return notes
 
 
@@ -142,8 +146,8 @@ def _notes(config, labels: list[str], reference: dict) -> list[str]:
         ("Each program row's ratio uses SCIP default re-solved on each run right after the program's run, in "
          "the same evaluator (paired, same load)" if config.heldout_default == "paired" else
          "Each program row's ratio uses SCIP default measured once by the evaluator that scored it")
-        + "; reference rows use the default measured once by the evaluator that measured them, so default times differ a little between "
-          "rows, and more when the machine's load changes.",
+        + "; reference rows use the default measured once by the evaluator that measured them, so default "
+          "times differ a little between rows, and more when the machine's load changes.",
     ]
     if trials:
         notes.append(f"The evolved best was selected among {trials.get('count', '?')} search evaluations; the "

@@ -274,8 +274,6 @@ def crossover(code: str, ctx: OpContext) -> str | None:
     if brought is None:
         return None
     u.replace(fn, old, copy.deepcopy(new))
-    if u.read_before_assignment(tree, fn):
-        return None  # the swap removed (or moved after its use) an assignment the rest still reads
     return _with_params(ast.unparse(tree), brought)
 
 

@@ -41,9 +41,10 @@ class EmbeddedMutator(Mutator):
         names, probs = self._choice(request.operator_weights)
         ctx = OpContext(self.entry_point, rng, self.config.const_scale,
                         tuple(code for _, code in request.inspirations), self.motifs)
+        unbound = u.read_before_assignment(*u.parse_function(request.parent_code, self.entry_point))
         for _ in range(self.config.max_attempts):
             name = names[int(rng.choice(len(names), p=probs))]
-            child = self._try(name, request.parent_code, ctx)
+            child = self._try(name, request.parent_code, ctx, unbound)
             if child is not None and _normalized(child) != parent:
                 return Proposal(child, PREFIX + name)
         raise MutationFailed(f"no valid changed child in {self.config.max_attempts} attempts")
@@ -62,8 +63,12 @@ class EmbeddedMutator(Mutator):
         total = sum(raw[name] for name in names)
         return names, np.array([raw[name] / total for name in names])
 
-    def _try(self, name: str, code: str, ctx: OpContext) -> str | None:
-        """The operator's child if it is valid, else None (a bad parent PARAMS counts as 'cannot')."""
+    def _try(self, name: str, code: str, ctx: OpContext, unbound: set[str]) -> str | None:
+        """The operator's child if it is valid, else None (a bad parent PARAMS counts as 'cannot').
+
+        Valid includes reading no name before it is assigned beyond those the parent already
+        did (`unbound`): an edit that drops or moves an assignment would only fail at run time.
+        """
         try:
             child = OPERATORS[name](code, ctx)
         except (ProgramFormatError, SyntaxError, ValueError, LookupError):
@@ -71,7 +76,9 @@ class EmbeddedMutator(Mutator):
         if child is None or not entry_point_ok(child, self.entry_point):
             return None
         loaded = u.parse_function(child, self.entry_point)
-        return child if loaded is not None and u.returns(loaded[1]) else None
+        if loaded is None or not u.returns(loaded[1]) or u.read_before_assignment(*loaded) - unbound:
+            return None
+        return child
 
 
 def _normalized(code: str) -> str | None:

@@ -109,20 +109,3 @@ def test_insert_motif_adds_its_params():
     again = OPERATORS["insert_motif"](child, _ctx(0))
     assert {"cap", "cap_2"} <= set(read_params(again))
 
-
-def test_crossover_never_drops_an_assignment_that_is_read_later():
-    from evaluators.milp_programs import SEED_PROGRAM
-
-    donor = SEED_PROGRAM.replace('gain_down = np.maximum(state["ps_down"] * f, params["eps"])',
-                                 'gain_up = np.maximum(state["ps_down"] * f, 0.5 * params["eps"])')
-    children = [OPERATORS["crossover"](SEED_PROGRAM, OpContext("policy", np.random.default_rng(seed),
-                                                               inspirations=(donor,)))
-                for seed in range(40)]
-    assert any(children)
-    for child in filter(None, children):
-        namespace = {}
-        exec(child, namespace)
-        f = np.array([0.3, 0.6])
-        state = {"frac": f, "ps_down": np.ones(2), "ps_up": np.ones(2)}
-        values = {k: spec.default for k, spec in read_params(child).items()}
-        assert np.all(np.isfinite(namespace["policy"](state, values)))

@@ -65,6 +65,30 @@ def test_crossover_uses_the_inspiration():
     assert "0.5 * params" in child
 
 
+def test_crossover_never_drops_an_assignment_that_is_read_later():
+    from evaluators.milp_programs import SEED_PROGRAM
+    from evaluators.params import read_params
+
+    donor = SEED_PROGRAM.replace('gain_down = np.maximum(state["ps_down"] * f, params["eps"])',
+                                 'gain_up = np.maximum(state["ps_down"] * f, 0.5 * params["eps"])')
+    children = []
+    for seed in range(40):
+        request = MutationRequest("run", 0, 1, "p0", SEED_PROGRAM, inspirations=(("d", donor),),
+                                  operator_weights=tuple(_only("crossover")), seed=seed)
+        try:
+            children.append(_mutator().propose(request).code)
+        except MutationFailed:
+            pass
+    assert children
+    for child in children:
+        namespace = {}
+        exec(child, namespace)
+        f = np.array([0.3, 0.6])
+        state = {"frac": f, "ps_down": np.ones(2), "ps_up": np.ones(2)}
+        values = {k: spec.default for k, spec in read_params(child).items()}
+        assert np.all(np.isfinite(namespace["policy"](state, values)))
+
+
 def test_fails_when_nothing_applies():
     with pytest.raises(MutationFailed):
         _mutator().propose(_request(0, _only("remove_branch")))
