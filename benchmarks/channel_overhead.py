@@ -20,10 +20,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evaluators.config import SandboxConfig  # noqa: E402
+from evaluators.sandbox.config import SandboxConfig  # noqa: E402
 from evaluators.params import read_params  # noqa: E402
 from evaluators.registry import get_domain  # noqa: E402
-from evaluators.sandbox import PolicyProcess  # noqa: E402
+from evaluators.sandbox.process import PolicyProcess  # noqa: E402
 
 
 def _args(argv=None) -> argparse.Namespace:

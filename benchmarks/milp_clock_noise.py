@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evaluators.milp_scip import POLICY_PRIORITY, new_model  # noqa: E402
+from evaluators.domains.milp.scip import POLICY_PRIORITY, new_model  # noqa: E402
 from evaluators.registry import get_domain  # noqa: E402
 
 

@@ -17,8 +17,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evaluators.config import SandboxConfig  # noqa: E402
-from evaluators.sandbox import PolicyProcess  # noqa: E402
+from evaluators.sandbox.config import SandboxConfig  # noqa: E402
+from evaluators.sandbox.process import PolicyProcess  # noqa: E402
 
 NOOP = "def policy(state, params):\n    return state['x']\n"
 

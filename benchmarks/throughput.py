@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import ray  # noqa: E402
 
 from controller.actors import EvaluatorActor, connect  # noqa: E402
-from evaluators.config import SandboxConfig  # noqa: E402
+from evaluators.sandbox.config import SandboxConfig  # noqa: E402
 from evaluators.registry import get_domain  # noqa: E402
 
 N = 12

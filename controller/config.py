@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from evaluators.config import SandboxConfig
+from evaluators.sandbox.config import SandboxConfig
 from islands.config import IslandsConfig
 from workers.config import EmbeddedMutatorConfig
 

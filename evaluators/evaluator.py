@@ -10,10 +10,10 @@ from __future__ import annotations
 import time
 
 from evaluators._base import CandidateError
-from evaluators.config import SandboxConfig
+from evaluators.sandbox.config import SandboxConfig
 from evaluators.params import ProgramFormatError, entry_point_ok, read_params
 from evaluators.registry import get_domain
-from evaluators.sandbox import PolicyProcess
+from evaluators.sandbox.process import PolicyProcess
 from store.records import EvalResult, Status
 
 

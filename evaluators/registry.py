@@ -6,7 +6,7 @@ import importlib
 from evaluators._base import Domain
 
 _DOMAINS: dict[str, type[Domain]] = {}
-_BUILTIN = ("evaluators.inventory", "evaluators.trading", "evaluators.milp", "evaluators.control")
+_BUILTIN = tuple(f"evaluators.domains.{name}.domain" for name in ("inventory", "trading", "milp", "control"))
 
 
 def register(cls: type[Domain]) -> type[Domain]:

@@ -2,7 +2,7 @@
 import ray
 
 from controller.actors import EvaluatorActor
-from evaluators.config import SandboxConfig
+from evaluators.sandbox.config import SandboxConfig
 from evaluators.registry import get_domain
 from store.records import Status
 from tests.tiny import TINY_INVENTORY

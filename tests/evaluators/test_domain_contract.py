@@ -4,7 +4,7 @@ import ast
 import pydantic
 import pytest
 
-from evaluators.config import SandboxConfig
+from evaluators.sandbox.config import SandboxConfig
 from evaluators.evaluator import Evaluator
 from evaluators.params import read_params
 from evaluators.registry import domain_names, get_domain, get_domain_class

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from evaluators.config import SandboxConfig
-from evaluators.control_programs import LANDER_HEURISTIC
+from evaluators.sandbox.config import SandboxConfig
+from evaluators.domains.control.programs import LANDER_HEURISTIC
 from evaluators.evaluator import Evaluator
 from store.records import Status
 from tests.evaluators.hostile import SNOOP_PRELUDE, assert_no_better, forge_frame, remember_prelude
@@ -30,12 +30,12 @@ def _patch():
     except Exception:
         pass
     try:
-        import evaluators.control as control
+        import evaluators.domains.control.domain as control
         control.Control.evaluate = lambda *a, **k: None
         control.check_actions = lambda *a, **k: None
     except Exception:
         pass
-    sys.modules["evaluators.control"] = None
+    sys.modules["evaluators.domains.control.domain"] = None
     builtins.sum = lambda *a, **k: 1e9
     builtins.float = lambda *a, **k: 1e9
 _patch()

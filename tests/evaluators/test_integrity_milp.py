@@ -12,9 +12,9 @@ import tempfile
 
 import pytest
 
-from evaluators.config import SandboxConfig
+from evaluators.sandbox.config import SandboxConfig
 from evaluators.evaluator import Evaluator
-from evaluators.milp_programs import BASELINES
+from evaluators.domains.milp.programs import BASELINES
 from store.records import Status
 from tests.evaluators.hostile import SNOOP_PRELUDE, forge_frame, remember_prelude
 
@@ -27,7 +27,7 @@ HONEST = BASELINES["most-infeasible"]
 PATCH_SCORING = HONEST + '''
 def _patch():
     import sys, builtins
-    for name in ("evaluators.milp", "evaluators.milp_scip", "pyscipopt"):
+    for name in ("evaluators.domains.milp.domain", "evaluators.domains.milp.scip", "pyscipopt"):
         try:
             module = __import__(name, fromlist=["x"])
             for attr in ("solve", "sgm", "check_scores", "Model"):

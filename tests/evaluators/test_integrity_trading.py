@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from evaluators.config import SandboxConfig
+from evaluators.sandbox.config import SandboxConfig
 from evaluators.evaluator import Evaluator
-from evaluators.trading_data import skfolio_data_dir
+from evaluators.domains.trading.data import skfolio_data_dir
 from store.records import Status
 from tests.evaluators.hostile import SNOOP_PRELUDE, assert_no_better, forge_frame, remember_prelude
 
@@ -24,14 +24,14 @@ PATCH_SCORING = HOLD + '''
 def _patch():
     import sys, builtins
     try:
-        import evaluators.trading as tr
+        import evaluators.domains.trading.domain as tr
         tr.Trading.evaluate = lambda *a, **k: None
         tr.check_positions = lambda *a, **k: None
-        import evaluators.trading_stats as st
+        import evaluators.domains.trading.stats as st
         st.sharpe = lambda *a, **k: 99.0
     except Exception:
         pass
-    sys.modules["evaluators.trading"] = None
+    sys.modules["evaluators.domains.trading.domain"] = None
     builtins.abs = lambda *a, **k: 0
     builtins.max = lambda *a, **k: 0
 _patch()

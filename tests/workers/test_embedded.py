@@ -66,7 +66,7 @@ def test_crossover_uses_the_inspiration():
 
 
 def test_crossover_never_drops_an_assignment_that_is_read_later():
-    from evaluators.milp_programs import SEED_PROGRAM
+    from evaluators.domains.milp.programs import SEED_PROGRAM
     from evaluators.params import read_params
 
     donor = SEED_PROGRAM.replace('gain_down = np.maximum(state["ps_down"] * f, params["eps"])',

@@ -22,9 +22,9 @@ import threading
 import time
 from pathlib import Path
 
-from evaluators import wire
+from evaluators.sandbox import wire
 from evaluators._base import CandidateError
-from evaluators.config import SandboxConfig
+from evaluators.sandbox.config import SandboxConfig
 from store.records import Status
 
 _CHILD = Path(__file__).with_name("_child.py")
@@ -42,7 +42,7 @@ def hidden_paths(extra: tuple[str, ...] = ()) -> list[str]:
     """Paths the candidate must not read: the project, run files, home, Atoll's packages."""
     import importlib
 
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     pkgs = [str(Path(importlib.import_module(p).__file__).resolve().parent) for p in _PACKAGES]
     return [root, os.path.expanduser("~"), *extra, *pkgs]
 

@@ -1,7 +1,7 @@
 """The trading domain's held-out table: evolved best vs every baseline, and its Deflated Sharpe."""
 from __future__ import annotations
 
-from evaluators import trading_stats as ts
+from evaluators.domains.trading import stats as ts
 from store.records import EvalResult, Status
 
 COLUMNS = ["policy", "Sharpe±SE", "PSR", "Sortino", "maxDD", "turn/yr", "trades", "return", "WF SR", "DSR"]

@@ -26,9 +26,9 @@ import numpy as np
 import optuna
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from evaluators import control_programs as progs
+from evaluators.domains.control import programs as progs
 from evaluators._base import CandidateError, Domain, Outcome, PolicyFn, check_split
-from evaluators.control_table import heldout_table
+from evaluators.domains.control.report import heldout_table
 from evaluators.params import ParamSpec
 from evaluators.registry import register
 from evaluators.tuning import EliteSampler, distributions, new_study, sobol_sampler

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from evaluators.inventory_dp import cache_dir
+from evaluators.domains.inventory.dp import cache_dir
 
 FAMILIES = ("setcover", "cauctions", "facility", "indset")
 SIZES: dict[str, dict[str, dict]] = {

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from evaluators.config import SandboxConfig
+from evaluators.sandbox.config import SandboxConfig
 from evaluators.evaluator import Evaluator
 from store.records import Status
 from tests.evaluators.hostile import SNOOP_PRELUDE, assert_no_better, forge_frame, remember_prelude
@@ -27,12 +27,12 @@ PATCH_SCORING = ZERO + '''
 def _patch():
     import sys, builtins
     try:
-        import evaluators.inventory as inv
+        import evaluators.domains.inventory.domain as inv
         inv.Inventory.evaluate = lambda *a, **k: None
         inv.check_orders = lambda *a, **k: None
     except Exception:
         pass
-    sys.modules["evaluators.inventory"] = None
+    sys.modules["evaluators.domains.inventory.domain"] = None
     builtins.min = lambda *a, **k: 0
     builtins.sum = lambda *a, **k: 0
 _patch()

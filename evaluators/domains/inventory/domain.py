@@ -24,9 +24,10 @@ from typing import Literal
 import numpy as np
 import optuna
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from scipy import stats
 
-from evaluators import inventory_dp
+from evaluators.domains.inventory import dp as inventory_dp
+from evaluators.domains.inventory import report
+from evaluators.domains.inventory.programs import BASELINES, MOTIFS, SEED_PROGRAM
 from evaluators._base import CandidateError, Domain, Outcome, PolicyFn, check_split
 from evaluators.params import ParamSpec
 from evaluators.registry import register
@@ -85,88 +86,6 @@ class InventoryConfig(BaseModel):
         if self.heldout_seed == self.search_seed:
             raise ValueError("heldout_seed must differ from search_seed, or held-out data would repeat the search data")
         return self
-
-
-SEED_PROGRAM = '''\
-import numpy as np
-
-PARAMS = {"level": (15.0, 0.0, 80.0)}
-
-
-def policy(state, params):
-    """Base-stock: order up to a level of inventory position (on hand plus pipeline)."""
-    position = state["on_hand"] + state["pipeline"].sum(axis=1)
-    return np.maximum(params["level"] - position, 0)
-'''
-
-BASELINES = {
-    "optimized base-stock": SEED_PROGRAM,
-    "capped base-stock": '''\
-import numpy as np
-
-PARAMS = {"level": (15.0, 0.0, 80.0), "cap": (8.0, 0.0, 20.0)}
-
-
-def policy(state, params):
-    """Capped base-stock (Xin 2021): order up to the level, but never more than the cap."""
-    position = state["on_hand"] + state["pipeline"].sum(axis=1)
-    return np.minimum(np.maximum(params["level"] - position, 0), params["cap"])
-''',
-    "constant order": '''\
-import numpy as np
-
-PARAMS = {"rate": (4.5, 0.0, 20.0)}
-
-
-def policy(state, params):
-    """Constant order: the same quantity every period, ignoring the state.
-
-    Orders are integers, so a fractional rate is met on average: the order is
-    the growth of floor(rate * t) from this period to the next.
-    """
-    t = state["period"]
-    rate = params["rate"] + 0.0 * state["on_hand"]
-    return np.floor(rate * (t + 1)) - np.floor(rate * t)
-''',
-    "myopic": '''\
-import numpy as np
-
-PARAMS = {"safety": (1.0, -3.0, 5.0)}
-
-
-def policy(state, params):
-    """Myopic: project stock to the period this order arrives, then cover that period.
-
-    Stock is carried forward through the lead time with mean demand and lost
-    sales (it cannot go below zero); the order brings it up to one period's
-    mean demand plus `safety` standard deviations (Poisson scale, sqrt(mean)).
-    """
-    mean = state["mean_demand"]
-    stock = state["on_hand"].astype(float)
-    for k in range(state["lead_time"]):
-        stock = np.maximum(stock + state["pipeline"][:, k] - mean, 0.0)
-    target = mean + params["safety"] * np.sqrt(mean)
-    return np.maximum(target - stock, 0.0)
-''',
-}
-
-# (name, template, params) for the embedded mutator; `{expr}` is the policy's return value.
-# "discounted pipeline" adds back (1 - w^age) of each pipeline order, so the position it
-# orders against counts an order of age a (the oldest has age L) with weight w^a.
-MOTIFS = [
-    ("order cap", 'np.minimum({expr}, params["{p0}"])', (("cap", 12.0, 0.0, 40.0),)),
-    ("discounted pipeline",
-     'np.maximum({expr} + (state["pipeline"] * (1.0 - np.reshape(params["{p0}"], (-1, 1)) ** '
-     'np.arange(state["pipeline"].shape[1], 0, -1))).sum(axis=1), 0.0)',
-     (("pipe_weight", 1.0, 0.5, 1.5),)),
-    ("order threshold",
-     'np.where(state["on_hand"] + state["pipeline"].sum(axis=1) < params["{p0}"], {expr}, 0.0)',
-     (("threshold", 80.0, 0.0, 80.0),)),
-    ("smooth toward mean demand",
-     'params["{p0}"] * {expr} + (1.0 - params["{p0}"]) * state["mean_demand"]',
-     (("smooth", 1.0, 0.0, 1.0),)),
-    ("minimum order", 'np.maximum({expr}, params["{p0}"])', (("floor", 0.0, 0.0, 10.0),)),
-]
 
 
 @dataclass
@@ -480,75 +399,4 @@ class Inventory(Domain):
                 "without_dp": [s.key for s in specs if s.key not in optimum]}
 
     def heldout_table(self, results: dict[str, EvalResult], reference: dict):
-        dp = reference.get("dp_optimum", {})
-        columns = ["policy", "mean cost ± SE", "vs optimized base-stock (paired)", "gap to DP optimum"]
-        rows = [_table_row(label, results[label], dp) for label in _ordered(results)]
-        keys = [s.key for s in self.config.heldout_instances]
-        with_dp = [k for k in keys if k in dp]
-        if with_dp:
-            rows.append(("DP optimum", f"{np.mean([dp[k] for k in with_dp]):.3f} (exact, {len(with_dp)} inst.)",
-                         "", "0.00%"))
-        return columns, rows, _notes(self.config, keys, with_dp, reference)
-
-
-def _ordered(results: dict) -> list[str]:
-    return sorted(results, key=lambda label: (label != "evolved best", label))
-
-
-def _table_row(label: str, result: EvalResult, dp: dict) -> tuple[str, ...]:
-    if result.status != Status.OK:
-        reason = (result.error or "").strip().splitlines()
-        return label, f"{result.status.value}: {reason[-1][:70] if reason else 'no reason given'}", "", ""
-    inst = result.metrics.get("instances", {})
-    costs = [v["cost"] for v in inst.values()]
-    ses = [v["se"] or 0.0 for v in inst.values()]
-    mean_cost = f"{np.mean(costs):.3f} ± {math.sqrt(sum(x * x for x in ses)) / len(ses):.3f}"
-    return label, mean_cost, _paired(inst.values()), _dp_gap(inst, dp)
-
-
-def paired_vs_base_stock(instances) -> tuple[float, float, float]:
-    """Mean over instances of (cost - base-stock) / base-stock, its SE and two-sided p-value.
-
-    Each instance's difference is paired by trajectory (the same demand), so its
-    SE is that of the mean per-trajectory difference.
-    """
-    ratios, variances = [], []
-    for inst in instances:
-        a, b = np.asarray(inst["trajectory_costs"]), np.asarray(inst["base_stock_trajectory_costs"])
-        diff, scale = a - b, b.mean()
-        ratios.append(diff.mean() / scale)
-        variances.append(diff.var(ddof=1) / len(diff) / scale ** 2 if len(diff) > 1 else math.nan)
-    mean, se = float(np.mean(ratios)), math.sqrt(sum(variances)) / len(ratios)
-    p = float(2 * stats.norm.sf(abs(mean) / se)) if se > 0 else (1.0 if mean == 0 else 0.0)
-    return mean, se, p
-
-
-def _paired(instances) -> str:
-    mean, se, p = paired_vs_base_stock(list(instances))
-    if math.isnan(se):
-        return f"{100 * mean:+.2f}% (one trajectory: no SE)"
-    return f"{100 * mean:+.2f}% ± {100 * se:.2f} (p={p:.2g})"
-
-
-def _dp_gap(instances: dict, dp: dict) -> str:
-    gaps = [instances[k]["cost"] / dp[k] - 1 for k in instances if k in dp]
-    return f"{100 * np.mean(gaps):+.2f}% ({len(gaps)} inst.)" if gaps else "n/a"
-
-
-def _notes(cfg: InventoryConfig, keys, with_dp, reference) -> list[str]:
-    without = [k for k in keys if k not in with_dp]
-    return [
-        f"Held-out instances: {', '.join(keys)}; mean demand {cfg.mean_demand:g}, holding {cfg.holding:g}. "
-        f"Each program is re-tuned on every instance's search seeds ({cfg.tune_trials} optuna trials), "
-        f"then measured on {cfg.heldout_trajectories} fresh trajectories of {cfg.heldout_periods} periods "
-        f"after {cfg.warmup} warm-up periods, with the same demand for every policy.",
-        "mean cost: the mean over instances of the per-period cost; ± is its standard error over trajectories.",
-        "vs optimized base-stock: mean over instances of the paired per-trajectory cost difference to "
-        "base-stock whose level S the trusted side searched over all integers on the same tuning data; "
-        "negative is better; ± SE and a two-sided normal p-value.",
-        f"gap to DP optimum: simulated cost over the exact average-cost optimum (relative value iteration), "
-        f"on the instances with lead time <= {reference.get('dp_max_lead', cfg.dp_max_lead)}"
-        + (f"; no DP for {', '.join(without)}" if without else "")
-        + ". The simulated cost is an estimate, so a gap can be slightly negative; the DP row's mean is "
-          "over those instances only.",
-    ]
+        return report.heldout_table(self.config, results, reference)

@@ -13,7 +13,7 @@ import math
 import numpy as np
 from scipy import stats
 
-from evaluators.trading_data import BARS_PER_YEAR
+from evaluators.domains.trading.data import BARS_PER_YEAR
 
 EULER_GAMMA = 0.5772156649015329
 ANNUAL = math.sqrt(BARS_PER_YEAR)

@@ -2,11 +2,11 @@
 import numpy as np
 import pytest
 
-from evaluators import inventory_dp
+from evaluators.domains.inventory import dp as inventory_dp
 from evaluators._base import CandidateError
-from evaluators.config import SandboxConfig
+from evaluators.sandbox.config import SandboxConfig
 from evaluators.evaluator import Evaluator
-from evaluators.inventory import BASELINES, Block, InstanceSpec, base_stock_policy
+from evaluators.domains.inventory.domain import BASELINES, Block, InstanceSpec, base_stock_policy
 from evaluators.params import read_params
 from evaluators.registry import get_domain
 from store.records import Status

@@ -27,14 +27,14 @@ from typing import Callable, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from evaluators import trading_report
+from evaluators.domains.trading import report as trading_report
 from evaluators._base import CandidateError, Domain, Outcome, PolicyFn, check_split
 from evaluators.params import ParamSpec
 from evaluators.registry import register
-from evaluators.trading_data import (Market, SyntheticMarket, load_sp500, skfolio_data_dir,
+from evaluators.domains.trading.data import (Market, SyntheticMarket, load_sp500, skfolio_data_dir,
                                      synthetic_market)
-from evaluators.trading_programs import MOTIFS, SEED_PROGRAM, baselines
-from evaluators.trading_stats import sharpe, summary
+from evaluators.domains.trading.programs import MOTIFS, SEED_PROGRAM, baselines
+from evaluators.domains.trading.stats import sharpe, summary
 from evaluators.tuning import distributions, new_study, sobol_sampler
 from store.records import EvalResult, Status
 

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 from evaluators._base import CandidateError
-from evaluators.config import SandboxConfig
+from evaluators.sandbox.config import SandboxConfig
 from evaluators.evaluator import Evaluator
 from evaluators.params import read_params
 from evaluators.registry import get_domain
-from evaluators.trading_data import (SyntheticMarket, edge_feature, load_sp500, read_price_csv,
+from evaluators.domains.trading.data import (SyntheticMarket, edge_feature, load_sp500, read_price_csv,
                                      skfolio_data_dir, synthetic_market)
-from evaluators import trading_stats as ts
+from evaluators.domains.trading import stats as ts
 from store.records import Status
 
 TINY = {"assets": ["SP500", "KO"], "tune_bars": 60, "test_bars": 40, "holdout_bars": 60, "max_folds": 2,

@@ -7,12 +7,12 @@ import pytest
 from gymnasium.envs.box2d.lunar_lander import heuristic
 
 from evaluators._base import CandidateError
-from evaluators.config import SandboxConfig
-from evaluators.control_programs import LANDER_HEURISTIC
+from evaluators.sandbox.config import SandboxConfig
+from evaluators.domains.control.programs import LANDER_HEURISTIC
 from evaluators.evaluator import Evaluator
 from evaluators.params import read_params
 from evaluators.registry import get_domain
-from evaluators.sandbox import PolicyProcess
+from evaluators.sandbox.process import PolicyProcess
 from store.records import Status
 
 LIMITS = SandboxConfig(wall_s=60)
@@ -145,7 +145,7 @@ def test_seed_splits_must_not_overlap():
 
 def test_check_actions_rejects_wrong_dtype():
     domain = get_domain("control", **SHORT)
-    from evaluators.control import check_actions
+    from evaluators.domains.control.domain import check_actions
     with pytest.raises(CandidateError, match="numbers"):
         check_actions(np.array(["a", "b"]), 2, domain.spec, 3)
     assert check_actions(np.array(2.0), 3, domain.spec, 0).tolist() == [2, 2, 2]
@@ -155,7 +155,7 @@ def test_check_actions_rejects_wrong_dtype():
 def test_shipped_configs_give_the_linear_baseline_the_search_budget(name):
     from controller.config import load_config
 
-    config, _ = load_config(Path(__file__).resolve().parents[2] / "configs" / f"{name}.toml")
+    config, _ = load_config(Path(__file__).resolve().parents[3] / "configs" / f"{name}.toml")
     assert config.domain.name == "control"
     assert config.domain.options["linear_trials"] == config.run.max_evals
 

@@ -6,12 +6,12 @@ import numpy as np
 import pydantic
 import pytest
 
-from evaluators import milp_instances
-from evaluators.config import SandboxConfig
+from evaluators.domains.milp import instances as milp_instances
+from evaluators.sandbox.config import SandboxConfig
 from evaluators.evaluator import Evaluator
-from evaluators.milp_programs import BASELINES
-from evaluators.milp_report import head_to_head
-from evaluators.milp_scip import solve
+from evaluators.domains.milp.programs import BASELINES
+from evaluators.domains.milp.report import head_to_head
+from evaluators.domains.milp.scip import solve
 from evaluators.params import read_params
 from evaluators.registry import get_domain
 from store.records import EvalResult, Status

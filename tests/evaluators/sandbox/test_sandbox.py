@@ -1,12 +1,13 @@
 """Hostile programs against the real sandbox: each is contained with a readable status."""
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from evaluators._base import CandidateError
-from evaluators.config import SandboxConfig
-from evaluators.sandbox import PolicyProcess, sandbox_uid
+from evaluators.sandbox.config import SandboxConfig
+from evaluators.sandbox.process import PolicyProcess, sandbox_uid
 from store.records import Status
 
 LIMITS = SandboxConfig(wall_s=4, memory_mb=1024, startup_s=10)
@@ -65,7 +66,7 @@ def test_environment_and_project_files_are_invisible(monkeypatch):
             "def policy(s, p):\n"
             "    seen = str(dict(os.environ)) + str(ls(%r)) + str(ls(%r)) + str(ls(os.path.expanduser('~root')))\n"
             "    raise RuntimeError(seen)") % (os.path.dirname(os.path.abspath(__file__)),
-                                          os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+                                          str(Path(__file__).resolve().parents[2]))
     with pytest.raises(CandidateError) as caught:
         run(code)
     assert "hunter2" not in caught.value.reason
@@ -87,7 +88,7 @@ def test_sandbox_survives_and_keeps_working_after_a_crash():
 
 
 def test_a_dead_fork_server_is_replaced():
-    from evaluators import sandbox
+    from evaluators.sandbox import process as sandbox
 
     run("def policy(s, p):\n    return s['x']")
     dead = sandbox._zygote()._proc  # held: a second _zygote() call may already have replaced it

@@ -27,10 +27,11 @@ import numpy as np
 import optuna
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from evaluators import milp_instances, milp_report
+from evaluators.domains.milp import instances as milp_instances
+from evaluators.domains.milp import report as milp_report
 from evaluators._base import Domain, Outcome, PolicyFn, check_split
-from evaluators.milp_programs import BASELINES, MOTIFS, SEED_PROGRAM
-from evaluators.milp_scip import BUILTIN_RULES, SolveRecord, solve
+from evaluators.domains.milp.programs import BASELINES, MOTIFS, SEED_PROGRAM
+from evaluators.domains.milp.scip import BUILTIN_RULES, SolveRecord, solve
 from evaluators.params import ParamSpec
 from evaluators.registry import register
 from evaluators.tuning import distributions, new_study
