@@ -14,6 +14,7 @@ from typing import Any, Callable, ClassVar
 from pydantic import BaseModel
 
 from evaluators.params import ParamSpec
+from evaluators.secrets import RunSecrets
 from store.records import EvalResult, Status
 
 SPLITS = ("search", "heldout")
@@ -49,6 +50,9 @@ class Domain(abc.ABC):
     name: ClassVar[str]
     entry_point: ClassVar[str] = "policy"
     config_model: ClassVar[type[BaseModel]]
+    # The run's secret randomness, set by `registry.get_domain`: every stream a score
+    # depends on derives from it (never from a seed a candidate could know).
+    secrets: RunSecrets
 
     @property
     @abc.abstractmethod

@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib
 
 from evaluators._base import Domain
+from evaluators.secrets import RunSecrets
 
 _DOMAINS: dict[str, type[Domain]] = {}
 _BUILTIN = tuple(f"evaluators.domains.{name}.domain" for name in ("inventory", "trading", "milp", "control"))
@@ -35,7 +36,13 @@ def get_domain_class(name: str) -> type[Domain]:
         raise KeyError(f"unknown domain {name!r}; known: {', '.join(sorted(_DOMAINS))}") from None
 
 
-def get_domain(name: str, **options) -> Domain:
-    """An instance of domain `name`, its options validated by its config model."""
+def get_domain(name: str, *, secrets: RunSecrets | None = None, **options) -> Domain:
+    """An instance of domain `name`, its options validated by its config model.
+
+    `secrets` are the run's secret randomness (see `evaluators.secrets`); without
+    them the instance draws fresh ones, so its streams are unknown to everybody.
+    """
     cls = get_domain_class(name)
-    return cls(cls.config_model.model_validate(options))
+    domain = cls(cls.config_model.model_validate(options))
+    domain.secrets = secrets if secrets is not None else RunSecrets.draw()
+    return domain
