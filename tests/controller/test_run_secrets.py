@@ -59,7 +59,7 @@ def test_a_run_draws_secrets_keeps_them_in_its_archive_and_every_evaluator_uses_
     assert "Replayable" not in out.stdout
     report = atoll_cli("report", str(run_dir))  # a new process: it must load the stored secrets
     assert "held-out split (inventory)" in report.stdout and "Replayable" not in report.stdout
-    cols, rows, _ = run_query(run_dir, "SELECT search, validation, heldout, replayable FROM run_secrets")
+    _, rows, _ = run_query(run_dir, "SELECT search, validation, heldout, replayable FROM run_secrets")
     search, validation, heldout, replayable = rows[0]
     assert len(rows) == 1 and not replayable and len({search, validation, heldout}) == 3
     assert all(2 ** 64 < int(v) < 2 ** 128 for v in (search, validation, heldout))  # drawn: 128-bit
@@ -100,7 +100,7 @@ def test_a_replay_seed_reproduces_the_scores_and_the_run_says_so(atoll_cli, tmp_
     first = run.stdout.index("Replayable run")
     assert "run.replay_seed = 7" in run.stdout and first < run.stdout.index("held-out split")
     assert run.stdout.count("Replayable run") == 2  # at the start, and in the held-out table's notes
-    secrets, held, _ = _stored(tmp_path / "a")
+    secrets = _stored(tmp_path / "a")[0]
     assert secrets == RunSecrets.fixed(7)
     baselines = atoll_cli("baselines", "configs/inventory.toml", *TINY, *fixed)
     assert "Replayable run" in baselines.stdout

@@ -9,7 +9,6 @@ data, a replay seed reproduces scores exactly, and within a run the same program
 always gets the same score (common random numbers).
 """
 import gymnasium as gym
-import numpy as np
 import pytest
 
 from evaluators.domains.control.programs import LANDER_HEURISTIC
