@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from evaluators.domains.inventory import dp as inventory_dp
 from evaluators.domains.inventory import report
@@ -82,6 +82,14 @@ class InventoryConfig(BaseModel):
     tune_batch: int = Field(16, ge=1, le=1000, description="Trials asked at once and simulated together (one round).")
     max_order: int = Field(100, ge=1, le=100_000, description="Orders are rounded to integers and clipped to this.")
     dp_max_lead: int = Field(3, ge=0, le=inventory_dp.MAX_LEAD, description="Largest lead time for which the exact DP optimum is computed for reports (0: none).")
+
+    @model_validator(mode="after")
+    def _validation_apart_from_heldout(self):
+        shared = {s.key for s in self.validation_instances or ()} & {s.key for s in self.heldout_instances}
+        if shared:
+            raise ValueError(f"validation_instances {sorted(shared)} are held-out instances; the validation split "
+                             "is selected on again and again, so it must not be the held-out split")
+        return self
 
 
 @dataclass

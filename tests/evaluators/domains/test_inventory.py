@@ -164,6 +164,9 @@ def test_validation_split_scores_like_search_on_its_own_demand():
         assert out.score == pytest.approx(-1.0, abs=0.02)
     assert len(validation.metrics["instances"]["poisson-L1-p4"]["trajectory_costs"]) == TINY_VALIDATION
     assert validation.metrics != search.metrics
+    with pytest.raises(ValueError, match="held-out instances"):
+        get_domain("inventory", validation_instances=TINY["heldout_instances"], **{
+            k: v for k, v in TINY.items() if k != "validation_instances"})
 
 
 def test_seed_program_through_the_real_evaluator_and_sandbox():
