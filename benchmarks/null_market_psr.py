@@ -15,8 +15,9 @@ search period is about uniform on [0, 1] (below it, for programs that pay costs)
 It prints every market's figures, then the distribution and a Kolmogorov-Smirnov
 test against uniform.
 
-Markets come from replay seeds `--first-seed` + k (so the figures can be repeated),
-or from the OS with `--drawn`. Small budgets by default, sized for a shared 2-core
+Markets come from replay seeds `--first-seed` + k (so the markets repeat; the
+searches' paths also depend on the order in which results arrive), or from the OS
+with `--drawn`. Small budgets by default, sized for a shared 2-core
 machine; the held-out Sharpe of one program has a standard error of about 0.5.
 """
 from __future__ import annotations
@@ -52,7 +53,8 @@ def psr(metrics: dict) -> float:
 def one_market(args, k: int, root: Path) -> dict:
     """Search one market, then score the evolved best and the baselines on its holdout."""
     overrides = [f"run.max_evals={args.max_evals}", f"run.max_wall_s={args.max_wall_s}", f"run.seed={k}",
-                 "controller.heldout_on_new_best=false", f"evaluator.actors={args.actors}", *args.set]
+                 "controller.heldout_on_new_best=false", f"evaluator.actors={args.actors}",
+                 f"evaluator.sandbox.wall_s={args.wall_s}", *args.set]
     config, text = load_config(args.config, overrides)
     secrets = RunSecrets.draw() if args.drawn else RunSecrets.fixed(args.first_seed + k)
     run_dir = root / f"market-{k}"
@@ -77,11 +79,13 @@ def one_market(args, k: int, root: Path) -> dict:
     for label, result in held.items():
         ok = result.status.value == "OK"
         out[label] = (result.metrics["sharpe"], psr(result.metrics)) if ok else (float("nan"), float("nan"))
+        if not ok:  # counted out of the distribution, and said so
+            print(f"  market {k}: {label} {result.status.value}: {(result.error or '').strip()[-200:]}", flush=True)
     return out
 
 
 def summary(name: str, values: np.ndarray) -> str:
-    values = values[np.isfinite(values)]
+    values = values[np.isfinite(values)]  # a failed held-out evaluation (printed above) is left out
     ks = stats.kstest(values, "uniform")
     return (f"{name:14s} n={len(values):3d}  mean {values.mean():.3f}  median {np.median(values):.3f}  "
             f"share > 0.95: {np.mean(values > 0.95):.3f}  share < 0.05: {np.mean(values < 0.05):.3f}  "
@@ -95,6 +99,8 @@ def main(argv=None) -> int:
     parser.add_argument("--max-evals", type=int, default=40, help="search evaluations per market")
     parser.add_argument("--max-wall-s", type=float, default=900, help="search wall-clock limit per market")
     parser.add_argument("--actors", type=int, default=2, help="evaluator actors")
+    parser.add_argument("--wall-s", type=float, default=600, help="sandbox wall-clock limit per evaluation (a "
+                        "held-out evaluation on a loaded machine can outlast the config's 120 s)")
     parser.add_argument("--first-seed", type=int, default=1000, help="replay seed of the first market")
     parser.add_argument("--drawn", action="store_true", help="draw every market's secrets from the OS instead")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",

@@ -170,7 +170,7 @@ def test_validation_split_scores_like_search_on_its_own_demand():
 
 
 def test_seed_program_through_the_real_evaluator_and_sandbox():
-    evaluator = Evaluator("inventory", TINY, SandboxConfig(wall_s=60))
+    evaluator = Evaluator("inventory", TINY, SandboxConfig(wall_s=60), secrets=RunSecrets.fixed(5))
     domain = evaluator.domain
     result = evaluator.evaluate("seed", domain.seed_program, "search")
     assert result.status == Status.OK, result.error

@@ -161,7 +161,7 @@ def test_validation_scores_like_search_on_instances_of_its_own(evaluator):
 
 @pytest.mark.parametrize("code", [HANG, HANG_LATER], ids=["first call", "after some calls"])
 def test_a_hanging_rule_is_killed_by_the_wall_limit(code):
-    evaluator = Evaluator("milp", TINY, SandboxConfig(wall_s=4, startup_s=10))
+    evaluator = Evaluator("milp", TINY, SandboxConfig(wall_s=4, startup_s=10), secrets=FIXED)
     result = evaluator.evaluate("hang", code, "search")
     assert result.status == Status.TIMEOUT and "wall-clock limit of 4 s" in result.error
     assert result.duration_s < 30
