@@ -42,9 +42,14 @@ def evaluator_count(config) -> int:
     return config.evaluator.actors or max(1, int(ray.cluster_resources().get("CPU", 1)))
 
 
-def new_evaluator(config, hide: tuple[str, ...] = ()):
-    """An evaluator actor for `config`'s domain; `hide` lists paths its sandboxes must not see."""
-    return EvaluatorActor.remote(config.domain.name, config.domain.options, config.evaluator.sandbox, hide)
+def new_evaluator(config, hide: tuple[str, ...] = (), *, secrets):
+    """An evaluator actor for `config`'s domain; `hide` lists paths its sandboxes must not see.
+
+    `secrets` (the run's `RunSecrets`) must be the same for every evaluator of a run, so every
+    program meets the same data (common random numbers).
+    """
+    return EvaluatorActor.remote(config.domain.name, config.domain.options, config.evaluator.sandbox, hide,
+                                 secrets)
 
 
 def project_root() -> str:

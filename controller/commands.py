@@ -57,9 +57,38 @@ def cmd_run(args) -> int:
     with DuckDBArchive(run_dir / ARCHIVE) as archive:
         run_id = run_dir.resolve().name + "-" + time.strftime("%H%M%S")
         archive.create_run(run_id, config.model_dump(mode="json"), text)
+        archive.save_secrets(run_id, _new_secrets(config).to_record())
         console.print(f"[bold]atoll[/] run {run_id} in {run_dir} (resume with: atoll resume {run_dir})",
                       soft_wrap=True)
         return _search(config, archive, run_id, run_dir, args)
+
+
+def _new_secrets(config):
+    """The secret randomness of a new run or baseline table: drawn from the OS unless run.replay_seed fixes it."""
+    from evaluators.secrets import RunSecrets
+
+    if config.run.replay_seed is None:
+        return RunSecrets.draw()
+    return RunSecrets.fixed(config.run.replay_seed)
+
+
+def _say_if_replayable(replay_seed: int | None) -> None:
+    from evaluators.secrets import replay_note
+
+    if replay_seed is not None:
+        console.print(f"[bold yellow]{replay_note(replay_seed)}[/]", soft_wrap=True)
+
+
+def _stored_secrets(archive, run_id: str, run_dir: Path):
+    """The run's secrets from its archive; a run without them cannot be continued comparably."""
+    from evaluators.secrets import RunSecrets
+
+    record = archive.load_secrets(run_id)
+    if record is None:
+        raise UserError(f"{run_dir} predates secret randomness (its archive holds no run_secrets row), so new "
+                        "scores would not be comparable with its old ones; start a new run")
+    _say_if_replayable(archive.get_run(run_id)["config"].get("run", {}).get("replay_seed"))
+    return RunSecrets.from_record(record)
 
 
 def cmd_resume(args) -> int:
@@ -79,7 +108,8 @@ def _search(config, archive, run_id, run_dir, args) -> int:
     connect(args.ray_address)
     signal.signal(signal.SIGTERM, _stop_cleanly)  # `ray job stop`, a scheduler's kill: commit, then exit
     archive.set_run_status(run_id, "running")
-    search = Search(config, archive, run_id, run_dir, hide=(str(run_dir.resolve()),))
+    search = Search(config, archive, run_id, run_dir, hide=(str(run_dir.resolve()),),
+                    secrets=_stored_secrets(archive, run_id, run_dir))
     status = search.run()
     archive.set_run_status(run_id, status, ended=True)
     if status == "seed-failed":
@@ -120,10 +150,12 @@ def cmd_report(args) -> int:
         if archive.count_evaluations(run_id, "search") == 0:
             raise UserError(f"{run_dir} has no search evaluations yet; nothing to report")
         config = validate(run["config"])
+        secrets = _stored_secrets(archive, run_id, run_dir)
         connect(args.ray_address)
         signal.signal(signal.SIGTERM, _stop_cleanly)
-        evaluators = [new_evaluator(config, (str(run_dir.resolve()),)) for _ in range(evaluator_count(config))]
-        domain = get_domain(config.domain.name, **config.domain.options)
+        evaluators = [new_evaluator(config, (str(run_dir.resolve()),), secrets=secrets)
+                      for _ in range(evaluator_count(config))]
+        domain = get_domain(config.domain.name, secrets=secrets, **config.domain.options)
         return _report(archive, run_id, domain, evaluators, run_dir)
 
 
@@ -202,6 +234,8 @@ def cmd_baselines(args) -> int:
     from controller.report import baseline_report
 
     config, _ = load_config(args.config, args.set)
+    secrets = _new_secrets(config)
+    _say_if_replayable(config.run.replay_seed)
     connect(None)
-    baseline_report(config, console)
+    baseline_report(config, console, secrets)
     return 0

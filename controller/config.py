@@ -29,7 +29,8 @@ class RunConfig(_Strict):
     """What the search is and how long it may run."""
 
     name: str = Field("atoll", min_length=1, description="A label for the run, shown in status.")
-    seed: int = Field(0, ge=0, description="Seed of every random decision of the search.")
+    seed: int = Field(0, ge=0, description="Seed of every random decision of the search (parents, mutations); never of the data programs are scored on.")
+    replay_seed: int | None = Field(None, ge=0, description="Fix the run's secret randomness (demand, instances, episode seeds, markets) to this number so its scores can be replayed; anyone who knows it can regenerate the data. None: drawn from the OS and kept in the run's archive.")
     max_evals: int = Field(400, ge=1, description="Budget: search-split evaluations, failed ones included.")
     max_wall_s: float = Field(480.0, gt=0, description="Budget: wall-clock seconds of searching (resumes add theirs).")
 

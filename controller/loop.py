@@ -33,9 +33,10 @@ def new_id() -> str:
 class Search:
     """Drives one run until its budget is spent or it is interrupted."""
 
-    def __init__(self, config, archive, run_id: str, run_dir, hide: tuple[str, ...] = ()):
+    def __init__(self, config, archive, run_id: str, run_dir, hide: tuple[str, ...] = (), *, secrets):
         self.config, self.archive, self.run_id, self.run_dir = config, archive, run_id, run_dir
-        self.domain = get_domain(config.domain.name, **config.domain.options)
+        self.secrets = secrets  # the run's, from its archive: every evaluator gets the same
+        self.domain = get_domain(config.domain.name, secrets=secrets, **config.domain.options)
         self.pending: dict = {}
         self.results: list = []
         self.heldout: list = []
@@ -89,7 +90,7 @@ class Search:
         self._next_mutator = 0
 
     def _new_evaluator(self):
-        return new_evaluator(self.config, self.hide)
+        return new_evaluator(self.config, self.hide, secrets=self.secrets)
 
     def _submit_eval(self, candidate: Candidate, split: str = "search") -> None:
         i = min(self.load, key=self.load.get)

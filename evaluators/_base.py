@@ -17,7 +17,11 @@ from evaluators.params import ParamSpec
 from evaluators.secrets import RunSecrets
 from store.records import EvalResult, Status
 
-SPLITS = ("search", "heldout")
+# search: what the evolution sees and is scored on. validation: other data scored like the
+# search split (same protocol, same scale), to check that a gain on search holds elsewhere;
+# selected on again and again, so never used for reports. heldout: touched only by reports
+# and promotion gates; its scores never reach a mutator.
+SPLITS = ("search", "validation", "heldout")
 
 # policy(batches) -> actions: batches is a list of (state, params) pairs, each a
 # dict of numpy arrays; the answer is one numeric array per batch.
@@ -61,7 +65,12 @@ class Domain(abc.ABC):
 
     @abc.abstractmethod
     def evaluate(self, policy: PolicyFn, params: dict[str, ParamSpec], split: str) -> Outcome:
-        """Score `policy` on `split`, tuning `params` on the search split only.
+        """Score `policy` on `split`, tuning `params` first where the protocol says so
+        (never on the data the held-out figure is measured on).
+
+        "search" and "validation" follow the same protocol on different data (the
+        validation data derived from `secrets.validation`), so their scores are on one
+        scale; "heldout" is the report's protocol.
 
         Raises `CandidateError` for anything the candidate did wrong.
         """

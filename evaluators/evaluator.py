@@ -14,6 +14,7 @@ from evaluators.sandbox.config import SandboxConfig
 from evaluators.params import ProgramFormatError, entry_point_ok, read_params
 from evaluators.registry import get_domain
 from evaluators.sandbox.process import PolicyProcess
+from evaluators.secrets import RunSecrets
 from store.records import EvalResult, Status
 
 
@@ -21,8 +22,10 @@ class Evaluator:
     """Scores programs for one domain; one instance per evaluator actor."""
 
     def __init__(self, domain_name: str, domain_options: dict, sandbox: SandboxConfig,
-                 hide: tuple[str, ...] = ()):
-        self.domain = get_domain(domain_name, **domain_options)
+                 hide: tuple[str, ...] = (), secrets: RunSecrets | None = None):
+        """`secrets`: the run's secret randomness, the same for every evaluator of a run (common
+        random numbers); None draws fresh ones, for an evaluator that stands alone."""
+        self.domain = get_domain(domain_name, secrets=secrets, **domain_options)
         self.sandbox = sandbox
         self.hide = tuple(hide) + tuple(self.domain.sandbox_hide())
 

@@ -138,6 +138,18 @@ class DuckDBArchive:
         run["config"] = json.loads(run["config"])
         return run
 
+    def save_secrets(self, run_id: str, record: dict) -> None:
+        """The run's secrets (`RunSecrets.to_record()`), written once when the run is created."""
+        self.con.execute("INSERT INTO run_secrets VALUES (?, ?, ?, ?, ?, now())",
+                         [run_id, record["search"], record["validation"], record["heldout"],
+                          bool(record["replayable"])])
+
+    def load_secrets(self, run_id: str) -> dict | None:
+        """The run's secrets as stored (`RunSecrets.from_record` takes it), or None for a run without."""
+        row = self.con.execute("SELECT search, validation, heldout, replayable FROM run_secrets WHERE run_id = ?",
+                               [run_id]).fetchall()
+        return dict(zip(("search", "validation", "heldout", "replayable"), row[0])) if row else None
+
     def latest_run_id(self) -> str | None:
         row = self.con.execute("SELECT run_id FROM runs ORDER BY started_at DESC LIMIT 1").fetchall()
         return row[0][0] if row else None
