@@ -15,6 +15,7 @@ import select
 import signal
 import socket
 import sys
+import time
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -128,17 +129,25 @@ def candidate(spec, world):
 def _relay(pid, fds, cpu_s):
     for fd in fds:  # the channel belongs to the candidate: its death must reach the evaluator as EOF
         os.close(fd)
-    _, status, usage = os.wait4(pid, 0)
+    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+    cpu = _cpu_seconds(pid)  # read before the zombie is reaped
+    _, status = os.waitpid(pid, 0)
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        # pid 1 ignores SIGXCPU, so the CPU limit kills with SIGKILL: say which limit fired (the kernel
-        # checks its raw tick samples; the rusage it reports is scaled and can read up to a tenth lower)
-        if sig == signal.SIGKILL and usage.ru_utime + usage.ru_stime >= 0.9 * cpu_s:
-            sig = signal.SIGXCPU
+        if sig == signal.SIGKILL and cpu >= cpu_s:  # pid 1 ignores SIGXCPU: the CPU limit kills with SIGKILL
+            sig = signal.SIGXCPU  # so say which limit fired
         if sig not in (signal.SIGKILL, signal.SIGSTOP):
             signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
     os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
+
+
+def _cpu_seconds(pid):
+    """The process's CPU time as RLIMIT_CPU counts it (the kernel's CPUCLOCK_PROF clock)."""
+    try:
+        return time.clock_gettime((~pid) << 3)
+    except OSError:
+        return 0.0
 
 
 def confine(spec, world, missing):

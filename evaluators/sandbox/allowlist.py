@@ -78,8 +78,14 @@ def _covers(dirs: list[str], keep: list[str], hide: tuple[str, ...]) -> list[str
     others += [os.path.join(p, "ensurepip", "_bundled") for p in dirs]
     found = {os.path.normpath(p) for p in others}
     found = {p for p in found if p not in keep and not _inside(p, [k for k in keep if k not in dirs])}
-    found |= {os.path.normpath(p) for p in hide}
-    return sorted(p for p in found if os.path.isdir(p) and _inside(p, dirs) and p not in dirs)
+    found = sorted(p for p in found if os.path.isdir(p) and _inside(p, dirs) and p not in dirs)
+    hidden = [p for p in (os.path.normpath(h) for h in hide) if os.path.isdir(p) and p not in dirs]
+    return found + [p for p in hidden if _nearest(p, dirs + found) in dirs]  # a path under a cover is hidden already
+
+
+def _nearest(path: str, tops: list[str]) -> str | None:
+    enclosing = [t for t in tops if _under(path, t) and t != path]
+    return max(enclosing, key=len) if enclosing else None
 
 
 @functools.lru_cache(maxsize=16)

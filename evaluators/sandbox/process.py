@@ -43,8 +43,14 @@ def reply_bounds(batches: list) -> tuple[list[int], int]:
     A reply holds at most 1024 numbers plus four per number of the batch's state,
     so what a candidate may send back follows from what it was asked.
     """
-    items = [1024 + 4 * sum(int(np.size(v)) for v in state.values()) for state, _ in batches]
+    items = [1024 + 4 * _numbers(state) for state, _ in batches]
     return items, START_FRAME + sum(8 * n + 128 for n in items)
+
+
+def _numbers(state) -> int:
+    """How many numbers a state holds (a dict of arrays, or one array)."""
+    values = state.values() if isinstance(state, dict) else (state,)
+    return sum(int(np.size(v)) for v in values)
 
 
 def clip(text: str, limit: int = TEXT_CHARS) -> str:

@@ -12,7 +12,7 @@ from evaluators.sandbox.config import SandboxConfig
 from evaluators.domains.control.programs import LANDER_HEURISTIC
 from evaluators.evaluator import Evaluator
 from store.records import Status
-from tests.evaluators.hostile import SNOOP_PRELUDE, assert_no_better, forge_frame, remember_prelude
+from tests.evaluators.hostile import SNOOP_PRELUDE, assert_outcome, forge_frame, remember_prelude
 
 OPTIONS = {"search_seeds": 3, "heldout_seeds": 4, "max_steps": 150, "tune_trials": 2, "tune_batch": 2,
            "linear_trials": 2}
@@ -113,26 +113,17 @@ def honest(evaluator):
     return scores
 
 
-def _no_better(result, honest_score):
-    assert_no_better(result, honest_score, 1e-9)
-
 
 @pytest.mark.parametrize("name, code", [("patch scoring", PATCH_SCORING), ("patch numpy", PATCH_NUMPY),
                                         ("own simulator", OWN_SIMULATOR)], ids=lambda v: v[:20])
 @pytest.mark.parametrize("split", ["search", "heldout"])
 def test_patching_the_candidate_process_changes_nothing_trusted(evaluator, honest, name, code, split):
-    result = evaluator.evaluate(name, code, split)
-    _no_better(result, honest[split])
-    if name == "own simulator":
-        assert result.status == Status.OK, result.error
-    if result.status == Status.OK:
-        assert result.score == pytest.approx(honest[split])
+    assert_outcome(evaluator.evaluate(name, code, split), Status.OK, score=honest[split], tolerance=1e-9)
 
 
 def test_forged_frames_are_rejected(evaluator, honest):
     result = evaluator.evaluate("forge", FORGE_FRAME, "search")
-    _no_better(result, honest["search"])
-    assert result.status == Status.INVALID
+    assert_outcome(result, Status.INVALID, "malformed reply from the program: the reply has 4 fields")
 
 
 def test_environments_seeds_and_project_are_out_of_reach(evaluator, honest, monkeypatch):
@@ -148,8 +139,8 @@ def test_nothing_written_in_one_evaluation_is_seen_by_the_next(evaluator, honest
     code = REMEMBER.replace("PROJECT", repr(ROOT))
     first = evaluator.evaluate("remember", code, "search")
     second = evaluator.evaluate("remember", code, "search")
-    assert first.status == second.status == Status.OK
-    assert second.score == pytest.approx(first.score) == pytest.approx(honest["search"])
+    assert_outcome(first, Status.OK, score=honest["search"], tolerance=1e-9)
+    assert_outcome(second, Status.OK, score=honest["search"], tolerance=1e-9)
     assert not os.path.exists(os.path.join(ROOT, "atoll_note"))
 
 

@@ -11,7 +11,7 @@ import pytest
 from evaluators.sandbox.config import SandboxConfig
 from evaluators.evaluator import Evaluator
 from store.records import Status
-from tests.evaluators.hostile import SNOOP_PRELUDE, assert_no_better, forge_frame, remember_prelude
+from tests.evaluators.hostile import SNOOP_PRELUDE, assert_outcome, forge_frame, remember_prelude
 
 OPTIONS = {"search_instances": [{"lead_time": 1, "penalty": 4, "demand": "poisson"},
                                 {"lead_time": 2, "penalty": 19, "demand": "poisson"}],
@@ -90,21 +90,16 @@ def honest(evaluator):
     return scores
 
 
-def _no_better(result, honest_score):
-    assert_no_better(result, honest_score, 1e-12)
-
 
 @pytest.mark.parametrize("name, code", [("patch scoring", PATCH_SCORING), ("patch numpy", PATCH_NUMPY)])
 @pytest.mark.parametrize("split", ["search", "heldout"])
 def test_patching_the_candidate_process_changes_nothing_trusted(evaluator, honest, name, code, split):
-    result = evaluator.evaluate(name, code, split)
-    _no_better(result, honest[split])
+    assert_outcome(evaluator.evaluate(name, code, split), Status.OK, score=honest[split])
 
 
 def test_forged_frames_are_rejected(evaluator, honest):
     result = evaluator.evaluate("forge", FORGE_FRAME, "search")
-    _no_better(result, honest["search"])
-    assert result.status == Status.INVALID and "action array" in result.error
+    assert_outcome(result, Status.INVALID, "malformed reply from the program: the reply has 4 fields")
 
 
 def test_heldout_data_and_project_are_out_of_reach(evaluator, honest, monkeypatch):
@@ -120,8 +115,8 @@ def test_nothing_written_in_one_evaluation_is_seen_by_the_next(evaluator, honest
     code = REMEMBER.replace("PROJECT", repr(ROOT))
     first = evaluator.evaluate("remember", code, "search")
     second = evaluator.evaluate("remember", code, "search")
-    assert first.status == second.status == Status.OK
-    assert second.score == pytest.approx(first.score) and second.score <= honest["search"] + 1e-12
+    assert_outcome(first, Status.OK, score=honest["search"])
+    assert_outcome(second, Status.OK, score=honest["search"])
     assert not os.path.exists(os.path.join(ROOT, "atoll_note"))
 
 

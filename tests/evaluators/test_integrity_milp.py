@@ -16,7 +16,7 @@ from evaluators.sandbox.config import SandboxConfig
 from evaluators.evaluator import Evaluator
 from evaluators.domains.milp.programs import BASELINES
 from store.records import Status
-from tests.evaluators.hostile import SNOOP_PRELUDE, forge_frame, remember_prelude
+from tests.evaluators.hostile import SNOOP_PRELUDE, assert_outcome, forge_frame, remember_prelude
 
 OPTIONS = {"search_size": "fast", "heldout_size": "fast", "search_instances": 1, "heldout_instances": 1,
            "search_offset": 2, "heldout_offset": 3, "scip_seeds": 1, "time_limit_s": 20,
@@ -127,7 +127,7 @@ def test_patching_the_candidate_process_changes_nothing_trusted(evaluator, hones
 
 def test_forged_frames_are_rejected(evaluator, honest):
     result = evaluator.evaluate("forge", FORGE_FRAME, "search")
-    assert result.status == Status.INVALID and "action array" in result.error
+    assert_outcome(result, Status.INVALID, "malformed reply from the program: the reply has 4 fields")
 
 
 def test_instances_and_the_evaluator_are_out_of_reach(evaluator, honest, cache, monkeypatch):

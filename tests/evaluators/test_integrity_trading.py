@@ -12,7 +12,7 @@ from evaluators.sandbox.config import SandboxConfig
 from evaluators.evaluator import Evaluator
 from evaluators.domains.trading.data import skfolio_data_dir
 from store.records import Status
-from tests.evaluators.hostile import SNOOP_PRELUDE, assert_no_better, forge_frame, remember_prelude
+from tests.evaluators.hostile import SNOOP_PRELUDE, assert_outcome, forge_frame, remember_prelude
 
 OPTIONS = {"assets": ["SP500", "KO", "XOM"], "tune_bars": 60, "test_bars": 40, "holdout_bars": 60,
            "max_folds": 3, "tune_trials": 2}
@@ -120,19 +120,16 @@ def honest(evaluator):
     return scores
 
 
-def _no_better(result, honest_score):
-    assert_no_better(result, honest_score, 1e-12)
-
 
 @pytest.mark.parametrize("name, code", [("patch scoring", PATCH_SCORING), ("patch numpy", PATCH_NUMPY)])
 @pytest.mark.parametrize("split", ["search", "heldout"])
 def test_patching_the_candidate_process_changes_nothing_trusted(evaluator, honest, name, code, split):
-    _no_better(evaluator.evaluate(name, code, split), honest[split])
+    assert_outcome(evaluator.evaluate(name, code, split), Status.OK, score=honest[split])
 
 
 def test_forged_frames_are_rejected(evaluator, honest):
     result = evaluator.evaluate("forge", FORGE_FRAME, "search")
-    assert result.status == Status.INVALID and "action array" in result.error
+    assert_outcome(result, Status.INVALID, "malformed reply from the program: the reply has 4 fields")
 
 
 @pytest.mark.parametrize("split", ["search", "heldout"])
@@ -165,8 +162,8 @@ def test_process_parent_project_and_data_are_out_of_reach(evaluator, honest):
 def test_nothing_written_in_one_evaluation_is_seen_by_the_next(evaluator, honest):
     first = evaluator.evaluate("remember", _fill(REMEMBER), "search")
     second = evaluator.evaluate("remember", _fill(REMEMBER), "search")
-    assert first.status == second.status == Status.OK
-    assert first.score == pytest.approx(honest["search"]) and second.score == pytest.approx(first.score)
+    assert_outcome(first, Status.OK, score=honest["search"])
+    assert_outcome(second, Status.OK, score=honest["search"])
     assert not os.path.exists(os.path.join(ROOT, "atoll_note")) and not os.path.exists(DATA + "/atoll_note")
 
 
