@@ -73,14 +73,20 @@ def system_libraries(tops: list[str], covers: list[str] = ()) -> list[str]:
 
 
 def _covers(dirs: list[str], keep: list[str], hide: tuple[str, ...]) -> list[str]:
-    """Folders inside a bound folder that must stay out of sight: other packages, wheels, `hide`."""
+    """Folders inside a bound folder that must stay out of sight: other packages, wheels, `hide`.
+
+    Shallowest first; a folder already under a cover needs none of its own.
+    """
     others = site.getsitepackages() + [site.getusersitepackages()] + [p for p in sys.path if p]
     others += [os.path.join(p, "ensurepip", "_bundled") for p in dirs]
     found = {os.path.normpath(p) for p in others}
     found = {p for p in found if p not in keep and not _inside(p, [k for k in keep if k not in dirs])}
-    found = sorted(p for p in found if os.path.isdir(p) and _inside(p, dirs) and p not in dirs)
-    hidden = [p for p in (os.path.normpath(h) for h in hide) if os.path.isdir(p) and p not in dirs]
-    return found + [p for p in hidden if _nearest(p, dirs + found) in dirs]  # a path under a cover is hidden already
+    found |= {os.path.normpath(h) for h in hide}
+    covers: list[str] = []
+    for path in sorted((p for p in found if os.path.isdir(p) and p not in dirs), key=lambda p: p.count("/")):
+        if _nearest(path, dirs + covers) in dirs:
+            covers.append(path)
+    return covers
 
 
 def _nearest(path: str, tops: list[str]) -> str | None:
