@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from evaluators._base import CandidateError
+from evaluators.sandbox import server
 from evaluators.sandbox.config import SandboxConfig
 from evaluators.sandbox.process import PolicyProcess
 
@@ -31,8 +32,12 @@ class SandboxRefused(Exception):
 
 def probe(limits: SandboxConfig) -> tuple[list[str], dict[str, str]]:
     """(protections in force, {missing protection: why}) for a candidate's process on this machine."""
-    with PolicyProcess(PROBE, "policy", limits.model_copy(update={"require": ()})) as proc:
-        return list(proc.protections), dict(proc.missing)
+    proc = PolicyProcess(PROBE, "policy", limits.model_copy(update={"require": ()}), spare=False)
+    try:
+        with proc:
+            return list(proc.protections), dict(proc.missing)
+    finally:  # nothing of the probe stays in the driver
+        server.stop(proc.server_key())
 
 
 def _sysctl(name: str) -> str | None:

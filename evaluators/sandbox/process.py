@@ -1,38 +1,29 @@
 """Trusted side of the sandbox: start a candidate's process and talk to it.
 
 `PolicyProcess` is the only way candidate code runs. Each candidate gets a new
-process, forked from a warm, trusted fork server (a Python started with `-I`
-and a clean environment that has imported numpy, prepared the candidates'
-allow-list root and never runs candidate code), and talks to it over two
-private pipes with length-prefixed msgpack frames (see `wire`). The candidate
+process, forked from a warm, trusted fork server (`server`: a Python started
+with `-I` and a clean environment that has imported numpy, prepared the
+candidates' allow-list root and never runs candidate code) and confined before
+its code arrives, and talks to it over two private pipes with length-prefixed msgpack frames (see `wire`). The candidate
 never sees scoring code or data; it answers batches of states with actions.
 Every way it can misbehave (crash, hang, exit, garbage, a reply larger than the
 request calls for) becomes a `CandidateError` with a short, readable reason.
 """
 from __future__ import annotations
 
-import json
 import os
 import select
 import signal
-import socket
-import subprocess
-import sys
-import tempfile
-import threading
 import time
-from pathlib import Path
 
 import numpy as np
 
 from evaluators._base import CandidateError
-from evaluators.sandbox import uids, wire
+from evaluators.sandbox import server, uids, wire
 from evaluators.sandbox.allowlist import root_entries
 from evaluators.sandbox.config import SandboxConfig
 from store.records import Status
 
-_CHILD = Path(__file__).with_name("_child.py")
-_PASS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "LANG")
 START_FRAME = 16 << 10  # the start-up reply: protections, or a load error
 TEXT_CHARS = 4000  # a candidate's text (error, output) kept in a result
 
@@ -58,13 +49,6 @@ def clip(text: str, limit: int = TEXT_CHARS) -> str:
     return text if len(text) <= limit else f"[{len(text) - limit} characters cut]\n" + text[-limit:]
 
 
-def _clean_env() -> dict[str, str]:
-    env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "PYTHONHASHSEED": "0",
-           "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    env.update({k: os.environ[k] for k in _PASS_ENV if k in os.environ})
-    return env
-
-
 def _describe_exit(code: int, limits: SandboxConfig) -> tuple[Status, str]:
     if code >= 0:
         return Status.FAILED, f"the program exited with code {code} before answering"
@@ -85,14 +69,14 @@ class PolicyProcess:
     """
 
     def __init__(self, code: str, entry_point: str, limits: SandboxConfig,
-                 hide: tuple[str, ...] = (), modules: tuple[str, ...] = ("numpy",)):
+                 hide: tuple[str, ...] = (), modules: tuple[str, ...] = ("numpy",), spare: bool = True):
         self.code, self.entry_point, self.limits = code, entry_point, limits
-        self.hide, self.modules = tuple(hide), tuple(modules)
+        self.hide, self.modules, self.spare = tuple(hide), tuple(modules), spare
         self.protections: list[str] = []
         self.missing: dict[str, str] = {}  # protection -> why it does not hold
         self.calls = 0
         self._pid: int | None = None
-        self._server: _Zygote | None = None
+        self._server: server.Zygote | None = None
         self._to_child = self._from_child = None  # our ends of the two pipes
         self._log = None  # the candidate's stdout and stderr
 
@@ -108,26 +92,21 @@ class PolicyProcess:
         self.close()
 
     def start(self) -> None:
-        to_child_r, self._to_child = os.pipe()
-        self._from_child, from_child_w = os.pipe()
-        self._log = tempfile.TemporaryFile()
         spec = {"scratch_mb": self.limits.scratch_mb, "require": list(self.limits.require),
                 "limits": self.limits.model_dump(include={"memory_mb", "cpu_s", "file_mb", "processes"})}
-        key = (root_entries(self.modules, self.hide), uids.evaluator_uid())
-        try:
-            fds = [to_child_r, from_child_w, self._log.fileno()]
-            try:
-                self._server = _zygote(key)
-                self._pid = self._server.spawn(spec, fds)
-            except (OSError, RuntimeError, ValueError):  # the fork server died under us: one fresh try
-                self._server = _zygote(key, fresh=True)
-                self._pid = self._server.spawn(spec, fds)
-        finally:
-            os.close(to_child_r)
-            os.close(from_child_w)
+        key = self.server_key()
+        ready = server.take(key, spec)
+        self._pid, self._server, self._log = ready.pid, ready.server, ready.log
+        self._to_child, self._from_child = ready.to_child, ready.from_child
         self._deadline = time.monotonic() + self.limits.wall_s
         reply = self._exchange({"code": self.code, "entry": self.entry_point}, None, "start-up")
+        if self.spare:  # the next candidate's process confines itself while this one runs
+            server.prepare(key, spec)
         self._started(reply)
+
+    def server_key(self) -> tuple:
+        """Which fork server this program's process comes from: its root's entries and the claimed uid."""
+        return root_entries(self.modules, self.hide), uids.evaluator_uid()
 
     def _started(self, reply: dict) -> None:
         if "unsafe" in reply:
@@ -198,11 +177,7 @@ class PolicyProcess:
         raise CandidateError(status, reason + (f"\noutput:\n{tail}" if tail else ""))
 
     def _reap(self, pid: int) -> int:
-        """The exit code of `pid` (as `Popen` gives it); a dead fork server took its children with it."""
-        try:
-            return self._server.wait(pid, timeout=5)
-        except (OSError, RuntimeError, ValueError):
-            return -signal.SIGKILL
+        return self._server.wait(pid, timeout=5)
 
     def output_tail(self, limit: int = 1500) -> str:
         self._log.flush()
@@ -229,55 +204,3 @@ class PolicyProcess:
         if self._log is not None:
             self._log.close()
             self._log = None
-
-
-class _Zygote:
-    """The evaluator's warm fork server (`_child.py --zygote`) for one allow-list, started on first use.
-
-    Trusted: it prepares the candidates' root once, then only forks. Restarted if it dies.
-    """
-
-    def __init__(self, entries: tuple, uid: int | None):
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self._proc = subprocess.Popen(
-            [sys.executable, "-I", str(_CHILD), "--zygote", str(theirs.fileno())],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            env=_clean_env(), cwd="/", pass_fds=(theirs.fileno(),), start_new_session=True, close_fds=True)
-        theirs.close()
-        self._sock = ours
-        self._lock = threading.Lock()
-        setup = {"op": "setup", "uid": uid, "entries": [{"kind": k, "src": s, "dst": d} for k, s, d in entries]}
-        self.missing = self._call(setup)["missing"]
-
-    def alive(self) -> bool:
-        return self._proc.poll() is None
-
-    def _call(self, request: dict, fds: list[int] = ()) -> dict:
-        with self._lock:
-            socket.send_fds(self._sock, [json.dumps(request).encode()], list(fds))
-            reply = self._sock.recv(1 << 16)
-        if not reply:
-            raise RuntimeError("the sandbox's fork server died")
-        return json.loads(reply)
-
-    def spawn(self, spec: dict, fds: list[int]) -> int:
-        return self._call({"op": "spawn", "spec": spec}, fds)["pid"]
-
-    def wait(self, pid: int, timeout: float) -> int:
-        return self._call({"op": "wait", "pid": pid, "timeout": timeout})["code"]
-
-
-_ZYGOTES: dict = {}
-_ZYGOTES_PID = 0
-
-
-def _zygote(key: tuple, fresh: bool = False) -> _Zygote:
-    """The fork server for `key` (root entries, claimed uid), started or replaced as needed."""
-    global _ZYGOTES_PID
-    if _ZYGOTES_PID != os.getpid():  # a forked evaluator starts its own
-        _ZYGOTES.clear()
-        _ZYGOTES_PID = os.getpid()
-    zygote = _ZYGOTES.get(key)
-    if fresh or zygote is None or not zygote.alive():
-        zygote = _ZYGOTES[key] = _Zygote(*key)
-    return zygote
