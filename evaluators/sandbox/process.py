@@ -113,7 +113,7 @@ class PolicyProcess:
             why = "; ".join(f"{name}: {reason}" for name, reason in reply["unsafe"].items())
             raise CandidateError(Status.FAILED, f"the sandbox cannot hold what evaluator.sandbox.require asks ({why})")
         if "error" in reply:
-            raise CandidateError(Status.FAILED, "the program failed to load:\n" + clip(reply["error"]))
+            raise CandidateError(Status.FAILED, "the program failed to load:\n" + clip(reply["error"], 3500))
         self.protections, self.missing = list(reply["ready"]), dict(reply.get("missing", {}))
 
     def __call__(self, batches: list) -> list:
@@ -121,7 +121,7 @@ class PolicyProcess:
         self.calls += 1
         reply = self._exchange({"batches": batches}, batches, "wall-clock")
         if "error" in reply:
-            raise CandidateError(Status.FAILED, "the policy raised:\n" + clip(reply["error"]))
+            raise CandidateError(Status.FAILED, "the policy raised:\n" + clip(reply["error"], 3500))
         actions = reply["actions"]
         if len(actions) != len(batches):
             raise CandidateError(Status.INVALID, "the policy's reply is not one action array per batch")
