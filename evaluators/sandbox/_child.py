@@ -168,7 +168,7 @@ def confine(spec, world, missing):
     if world["seccomp"] is None:
         missing["seccomp"] = world["seccomp_why"]
     else:
-        _try(held, missing, "seccomp", world["seccomp"].load)
+        _try(held, missing, "seccomp", lambda: iso.load_seccomp(world["seccomp"]))
     serve(Channel(spec["rfd"], spec["wfd"]), held, missing, spec["require"])
 
 
@@ -207,7 +207,7 @@ def _close_other_fds(keep):
 def prepare(setup):
     """The fork server's own set-up: the candidates' root, the claimed uid, the seccomp filter."""
     world = {"root": False, "uid": None, "missing": {}}
-    world["seccomp"], world["seccomp_why"] = iso.seccomp_filter()  # while the binding is still readable
+    world["seccomp"], world["seccomp_why"] = iso.seccomp_program()  # while the binding is still readable
     try:
         iso.own_mount_namespace()
         iso.build_root(ROOT, setup["entries"])

@@ -28,6 +28,7 @@ MNT_DETACH = 2
 _MS_NOATIME, _MS_NODIRATIME, _MS_RELATIME, _ST_RELATIME = 1024, 2048, 1 << 21, 4096
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 1, 4, 24
 PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 38, 47, 4
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 SYS_PIVOT_ROOT, SYS_CAPSET = 155, 126  # x86_64; seccomp's filter is built for the native arch alone
 SAFE = MS_NOSUID | MS_NODEV
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -219,12 +220,31 @@ BLOCKED = ("unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "fsop
 _CLONE_FLAGS = (CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET)
 
 
-def seccomp_filter():
-    """The filter, built once in the fork server with libseccomp; None (and why) if it is unavailable."""
+def seccomp_program():
+    """The filter as a BPF program, built once in the fork server with libseccomp; None (and why) if unavailable."""
     try:
         import pyseccomp as sc
     except (ImportError, RuntimeError, OSError) as exc:
         return None, f"libseccomp's binding is not available ({exc}); install pyseccomp and libseccomp2"
+    with os.fdopen(os.memfd_create("seccomp"), "w+b") as out:
+        _filter(sc).export_bpf(out)
+        out.seek(0)
+        return out.read(), None
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def load_seccomp(program: bytes) -> None:
+    """Install the prepared filter (no-new-privileges must already be set): one call, no rebuilding."""
+    code = ctypes.create_string_buffer(program, len(program))
+    fprog = _SockFprog(len(program) // 8, ctypes.cast(code, ctypes.c_void_p))
+    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
+
+
+def _filter(sc):
+    """What `BLOCKED` and the clone rules say, as a libseccomp filter that allows everything else."""
     flt = sc.SyscallFilter(sc.ALLOW)
     for name in BLOCKED:
         try:
@@ -234,4 +254,4 @@ def seccomp_filter():
     for flag in _CLONE_FLAGS:  # clone with any namespace flag; clone3's flags are out of a filter's reach
         flt.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
     flt.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")  # so the C library falls back to clone
-    return flt, None
+    return flt
