@@ -23,6 +23,38 @@ def {head}:
     return {answer}
 '''
 
+# Replies to its first request with a 16 MiB frame of sixteen million empty lists (decoded
+# blindly, that once grew the evaluator by 1.1 GiB), written to every descriptor it can reach.
+_HUGE_REPLY = '''\
+import os, struct
+import numpy as np
+
+def {head}:
+    body = b"\\x81\\xa7actions\\xdd" + ((1 << 24) - 16).to_bytes(4, "big") + b"\\x90" * ((1 << 24) - 16)
+    for fd in range(3, 32):
+        try:
+            os.write(fd, struct.pack(">I", len(body)) + body)
+        except OSError:
+            pass
+    return {answer}
+'''
+
+# At load, before the real start-up reply, a "ready" message whose field has the wrong type.
+_WRONG_READY = '''\
+import os, struct
+import msgpack
+import numpy as np
+_body = msgpack.packb({{"ready": 5}})
+for _fd in range(3, 32):
+    try:
+        os.write(_fd, struct.pack(">I", len(_body)) + _body)
+    except OSError:
+        pass
+
+def {head}:
+    return {answer}
+'''
+
 # Defines FOUND, _try(label, fn) and _snoop_processes(): what the parent (the fork server)
 # and the grandparent (the evaluator, which holds the data) expose through /proc.
 SNOOP_PRELUDE = '''\
@@ -51,6 +83,14 @@ def _snoop_processes():
         _try("memory", lambda: open("/proc/%d/mem" % pid, "rb").read(64))
         _try("maps", lambda: open("/proc/%d/maps" % pid).read())
         _try("open files", lambda: os.listdir("/proc/%d/fd" % pid))
+
+def _snoop_packages():
+    """Other packages and any copy of Atoll, installed or editable: listed, imported or read."""
+    import site
+    for top in site.getsitepackages():
+        _try("packages", lambda: [d for d in os.listdir(top) if d not in ("numpy", "numpy.libs")])
+    for name in ("evaluators", "controller", "store", "atoll", "pyscipopt", "gymnasium", "skfolio"):
+        _try("imported " + name, lambda: __import__(name))
 
 def _walk(top, words):
     hits = []
@@ -104,6 +144,21 @@ def assert_outcome(result, status, reason: str = "", score: float | None = None,
         assert score is not None and abs(result.score - score) <= tolerance, (result.score, score)
     else:
         assert reason and reason in result.error, result.error
+
+
+def huge_reply(head: str, answer: str) -> str:
+    """A program `def {head}:` that answers with a 16 MiB frame, then would return `answer`."""
+    return _HUGE_REPLY.format(head=head, answer=answer)
+
+
+def wrong_ready(head: str, answer: str) -> str:
+    """A program that forges a start-up reply of the wrong type at load; `def {head}:` returns `answer`."""
+    return _WRONG_READY.format(head=head, answer=answer)
+
+
+# What each reply above must get: INVALID, with these reasons.
+HUGE_REASON = "where this request allows at most"
+WRONG_READY_REASON = "malformed reply from the program: 'ready' is not a list"
 
 
 def forge_frame(head: str, answer: str, fake: dict) -> str:

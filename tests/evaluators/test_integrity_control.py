@@ -12,7 +12,8 @@ from evaluators.sandbox.config import SandboxConfig
 from evaluators.domains.control.programs import LANDER_HEURISTIC
 from evaluators.evaluator import Evaluator
 from store.records import Status
-from tests.evaluators.hostile import SNOOP_PRELUDE, assert_outcome, forge_frame, remember_prelude
+from tests.evaluators.hostile import (HUGE_REASON, SNOOP_PRELUDE, WRONG_READY_REASON, assert_outcome,
+                                     forge_frame, remember_prelude, huge_reply, wrong_ready)
 
 OPTIONS = {"search_seeds": 3, "heldout_seeds": 4, "max_steps": 150, "tune_trials": 2, "tune_batch": 2,
            "linear_trials": 2}
@@ -58,6 +59,7 @@ FORGE_FRAME = forge_frame("act(obs, params)", "np.zeros(len(obs), dtype=np.int64
 SNOOP = SNOOP_PRELUDE + '''
 def act(obs, params):
     _snoop_processes()
+    _snoop_packages()
     _try("project", lambda: os.listdir(PROJECT))
     _try("files", lambda: [p for top in (os.path.dirname(PROJECT), os.path.expanduser("~root"), "/tmp")
                            for p in _walk(top, ("control", "seed"))])
@@ -131,7 +133,7 @@ def test_environments_seeds_and_project_are_out_of_reach(evaluator, honest, monk
     result = evaluator.evaluate("snoop", SNOOP.replace("PROJECT", repr(ROOT)), "heldout")
     assert result.status == Status.FAILED and "snooped:" in result.error
     for leak in ("s3cr3t", "control.py", "control_programs", "environ:", "memory:", "maps:", "open files:",
-                 "project:", "files:"):
+                 "packages:", "imported ", "project:", "files:"):
         assert leak not in result.error, result.error
 
 
@@ -154,3 +156,10 @@ def test_nothing_written_in_one_evaluation_is_seen_by_the_next(evaluator, honest
 def test_bad_actions_are_invalid(evaluator, body, needle):
     result = evaluator.evaluate("bad", f"import numpy as np\n\ndef act(obs, params):\n    {body}\n", "search")
     assert result.status == Status.INVALID and needle in result.error and "step" in result.error
+
+
+@pytest.mark.parametrize("code, reason", [(huge_reply('act(obs, params)', 'np.zeros(len(obs), dtype=np.int64)'), HUGE_REASON),
+                                          (wrong_ready('act(obs, params)', 'np.zeros(len(obs), dtype=np.int64)'), WRONG_READY_REASON)],
+                         ids=["16 MiB reply", "wrong ready"])
+def test_replies_that_could_hurt_the_evaluator_are_invalid(evaluator, code, reason):
+    assert_outcome(evaluator.evaluate("reply", code, "search"), Status.INVALID, reason)

@@ -11,7 +11,8 @@ import pytest
 from evaluators.sandbox.config import SandboxConfig
 from evaluators.evaluator import Evaluator
 from store.records import Status
-from tests.evaluators.hostile import SNOOP_PRELUDE, assert_outcome, forge_frame, remember_prelude
+from tests.evaluators.hostile import (HUGE_REASON, SNOOP_PRELUDE, WRONG_READY_REASON, assert_outcome,
+                                     forge_frame, remember_prelude, huge_reply, wrong_ready)
 
 OPTIONS = {"search_instances": [{"lead_time": 1, "penalty": 4, "demand": "poisson"},
                                 {"lead_time": 2, "penalty": 19, "demand": "poisson"}],
@@ -55,6 +56,7 @@ FORGE_FRAME = forge_frame("policy(state, params)", 'np.zeros(len(state["on_hand"
 SNOOP = SNOOP_PRELUDE + '''
 def policy(state, params):
     _snoop_processes()
+    _snoop_packages()
     _try("project", lambda: os.listdir(PROJECT))
     _try("files", lambda: [p for top in (os.path.dirname(PROJECT), os.path.expanduser("~root"), "/tmp")
                            for p in _walk(top, ("inventory", "seed"))])
@@ -107,7 +109,7 @@ def test_heldout_data_and_project_are_out_of_reach(evaluator, honest, monkeypatc
     result = evaluator.evaluate("snoop", SNOOP.replace("PROJECT", repr(ROOT)), "heldout")
     assert result.status == Status.FAILED and "snooped:" in result.error
     for leak in ("s3cr3t", "inventory.py", "inventory_dp", "environ:", "memory:", "maps:", "open files:",
-                 "project:", "files:"):
+                 "packages:", "imported ", "project:", "files:"):
         assert leak not in result.error, result.error
 
 
@@ -129,3 +131,10 @@ def test_bad_orders_get_a_status_or_an_honest_score(evaluator, honest, code, sta
         assert result.score <= honest["search"]  # clipped to max_order: it pays to hold the stock
     else:
         assert needle in result.error and "instance" in result.error
+
+
+@pytest.mark.parametrize("code, reason", [(huge_reply('policy(state, params)', 'np.zeros(len(state["on_hand"]))'), HUGE_REASON),
+                                          (wrong_ready('policy(state, params)', 'np.zeros(len(state["on_hand"]))'), WRONG_READY_REASON)],
+                         ids=["16 MiB reply", "wrong ready"])
+def test_replies_that_could_hurt_the_evaluator_are_invalid(evaluator, code, reason):
+    assert_outcome(evaluator.evaluate("reply", code, "search"), Status.INVALID, reason)

@@ -12,7 +12,8 @@ from evaluators.sandbox.config import SandboxConfig
 from evaluators.evaluator import Evaluator
 from evaluators.domains.trading.data import skfolio_data_dir
 from store.records import Status
-from tests.evaluators.hostile import SNOOP_PRELUDE, assert_outcome, forge_frame, remember_prelude
+from tests.evaluators.hostile import (HUGE_REASON, SNOOP_PRELUDE, WRONG_READY_REASON, assert_outcome,
+                                     forge_frame, remember_prelude, huge_reply, wrong_ready)
 
 OPTIONS = {"assets": ["SP500", "KO", "XOM"], "tune_bars": 60, "test_bars": 40, "holdout_bars": 60,
            "max_folds": 3, "tune_trials": 2}
@@ -88,6 +89,7 @@ def policy(state, params):
 SNOOP = SNOOP_PRELUDE + '''
 def policy(state, params):
     _snoop_processes()
+    _snoop_packages()
     _try("project", lambda: os.listdir(PROJECT))
     _try("price files", lambda: os.listdir(DATA))
     _try("skfolio import", lambda: __import__("skfolio.datasets").datasets.load_sp500_index())
@@ -155,7 +157,8 @@ def test_the_look_ahead_program_would_win_if_it_could_read_the_file():
 def test_process_parent_project_and_data_are_out_of_reach(evaluator, honest):
     result = evaluator.evaluate("snoop", _fill(SNOOP), "heldout")
     assert result.status == Status.FAILED and "snooped:" in result.error
-    for leak in ("environ:", "memory:", "maps:", "project:", "price files:", "skfolio import:"):
+    for leak in ("environ:", "memory:", "maps:", "project:", "price files:", "skfolio import:", "packages:",
+                 "imported "):
         assert leak not in result.error, result.error
 
 
@@ -186,3 +189,10 @@ def test_a_reply_that_is_not_numbers_fails_with_a_reason(evaluator):
 def test_zero_trades_score_zero_with_the_gate(evaluator):
     result = evaluator.evaluate("cash", "def policy(state, params):\n    return 0.0\n", "search")
     assert result.status == Status.OK and result.score == 0.0 and "zero trades" in result.metrics["gate"]
+
+
+@pytest.mark.parametrize("code, reason", [(huge_reply('policy(state, params)', 'np.ones(len(state["close"]))'), HUGE_REASON),
+                                          (wrong_ready('policy(state, params)', 'np.ones(len(state["close"]))'), WRONG_READY_REASON)],
+                         ids=["16 MiB reply", "wrong ready"])
+def test_replies_that_could_hurt_the_evaluator_are_invalid(evaluator, code, reason):
+    assert_outcome(evaluator.evaluate("reply", code, "search"), Status.INVALID, reason)
