@@ -235,7 +235,8 @@ def zygote(sock_fd):
     (one JSON datagram each): setup (first, once: the root's entries and the
     claimed uid) -> what could not be prepared; spawn (with the child's pipe ends
     and log file as passed descriptors) -> pid; wait (pid, timeout) -> exit code
-    as `Popen` reports it. It exits, killing its children, when its parent goes away.
+    as `Popen` reports it; kill (pid) -> at once, the group killed and reaped
+    later. It exits, killing its children, when its parent goes away.
     """
     iso.prctl(iso.PR_SET_PDEATHSIG, signal.SIGKILL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the evaluator decides when to stop
@@ -243,18 +244,16 @@ def zygote(sock_fd):
     sock = socket.socket(fileno=sock_fd)
     world = prepare(json.loads(sock.recv(1 << 20)))
     sock.send(json.dumps({"missing": world["missing"]}).encode())
-    children = set()
+    children, dying = set(), set()
     while True:
+        dying = {pid for pid in dying if not os.waitpid(pid, os.WNOHANG)[0]}  # reap what was killed before
         try:
             data, fds, _, _ = socket.recv_fds(sock, 1 << 16, 3)
         except OSError:
             data, fds = b"", []
         if not data:
             for pid in children:
-                try:
-                    os.killpg(pid, signal.SIGKILL)
-                except OSError:
-                    pass
+                _kill(pid)
             os._exit(0)
         request = json.loads(data)
         if request["op"] == "spawn":
@@ -263,6 +262,12 @@ def zygote(sock_fd):
         elif request["op"] == "wait":
             reply = {"code": _wait(request["pid"], request["timeout"])}
             children.discard(request["pid"])
+        elif request["op"] == "kill":  # reaped later, off the caller's clock
+            reply = {"killed": request["pid"] in children}
+            if reply["killed"]:
+                _kill(request["pid"])
+                children.discard(request["pid"])
+                dying.add(request["pid"])
         else:
             reply = {"error": f"unknown op {request['op']!r}"}
         sock.send(json.dumps(reply).encode())
@@ -287,6 +292,13 @@ def _spawn(sock, spec, fds, world):
     for fd in fds:
         os.close(fd)
     return pid
+
+
+def _kill(pid):
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
 
 
 def _wait(pid, timeout):

@@ -186,7 +186,10 @@ class PolicyProcess:
         return self._log.read().decode(errors="replace").strip()
 
     def close(self) -> None:
-        """Kill the candidate's process group; its pid namespace takes every process it left (idempotent)."""
+        """Kill the candidate's process group; its pid namespace takes every process it left (idempotent).
+
+        The fork server reaps it later, so closing costs the evaluator one message.
+        """
         for fd in (self._to_child, self._from_child):
             if fd is not None:
                 try:
@@ -196,11 +199,7 @@ class PolicyProcess:
         self._to_child = self._from_child = None
         pid, self._pid = self._pid, None
         if pid is not None:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            self._reap(pid)
+            self._server.kill(pid)
         if self._log is not None:
             self._log.close()
             self._log = None

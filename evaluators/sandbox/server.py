@@ -67,6 +67,13 @@ class Zygote:
         except (OSError, RuntimeError, ValueError):  # a dead fork server took its children with it
             return -signal.SIGKILL
 
+    def kill(self, pid: int) -> None:
+        """Kill `pid`'s process group (and so its pid namespace) without waiting for the exit."""
+        try:
+            self._call({"op": "kill", "pid": pid})
+        except (OSError, RuntimeError, ValueError):  # a dead fork server took its children with it
+            pass
+
     def stop(self) -> None:
         self._sock.close()  # the server kills its children and exits when its socket closes
         self.proc.wait(timeout=30)
@@ -90,11 +97,7 @@ class Spawned:
         for fd in (self.to_child, self.from_child):
             os.close(fd)
         self.log.close()
-        try:
-            os.killpg(self.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        self.server.wait(self.pid, timeout=5)
+        self.server.kill(self.pid)
 
 
 _ZYGOTES: dict = {}
