@@ -4,8 +4,9 @@
 process, forked from a warm, trusted fork server (`server`: a Python started
 with `-I` and a clean environment that has imported numpy, prepared the
 candidates' allow-list root and never runs candidate code) and confined before
-its code arrives, and talks to it over two private pipes with length-prefixed msgpack frames (see `wire`). The candidate
-never sees scoring code or data; it answers batches of states with actions.
+its code arrives; the two talk over private pipes in length-prefixed msgpack
+frames (see `wire`). The candidate never sees scoring code or data; it answers
+batches of states with actions.
 Every way it can misbehave (crash, hang, exit, garbage, a reply larger than the
 request calls for) becomes a `CandidateError` with a short, readable reason.
 """

@@ -158,8 +158,11 @@ def test_bad_actions_are_invalid(evaluator, body, needle):
     assert result.status == Status.INVALID and needle in result.error and "step" in result.error
 
 
-@pytest.mark.parametrize("code, reason", [(huge_reply('act(obs, params)', 'np.zeros(len(obs), dtype=np.int64)'), HUGE_REASON),
-                                          (wrong_ready('act(obs, params)', 'np.zeros(len(obs), dtype=np.int64)'), WRONG_READY_REASON)],
-                         ids=["16 MiB reply", "wrong ready"])
-def test_replies_that_could_hurt_the_evaluator_are_invalid(evaluator, code, reason):
+ANSWER = ('act(obs, params)', 'np.zeros(len(obs), dtype=np.int64)')
+REPLIES = {"16 MiB reply": (huge_reply(*ANSWER), HUGE_REASON), "wrong ready": (wrong_ready(*ANSWER), WRONG_READY_REASON)}
+
+
+@pytest.mark.parametrize("name", sorted(REPLIES))
+def test_replies_that_could_hurt_the_evaluator_are_invalid(evaluator, name):
+    code, reason = REPLIES[name]
     assert_outcome(evaluator.evaluate("reply", code, "search"), Status.INVALID, reason)

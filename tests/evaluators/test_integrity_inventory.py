@@ -133,8 +133,11 @@ def test_bad_orders_get_a_status_or_an_honest_score(evaluator, honest, code, sta
         assert needle in result.error and "instance" in result.error
 
 
-@pytest.mark.parametrize("code, reason", [(huge_reply('policy(state, params)', 'np.zeros(len(state["on_hand"]))'), HUGE_REASON),
-                                          (wrong_ready('policy(state, params)', 'np.zeros(len(state["on_hand"]))'), WRONG_READY_REASON)],
-                         ids=["16 MiB reply", "wrong ready"])
-def test_replies_that_could_hurt_the_evaluator_are_invalid(evaluator, code, reason):
+ANSWER = ('policy(state, params)', 'np.zeros(len(state["on_hand"]))')
+REPLIES = {"16 MiB reply": (huge_reply(*ANSWER), HUGE_REASON), "wrong ready": (wrong_ready(*ANSWER), WRONG_READY_REASON)}
+
+
+@pytest.mark.parametrize("name", sorted(REPLIES))
+def test_replies_that_could_hurt_the_evaluator_are_invalid(evaluator, name):
+    code, reason = REPLIES[name]
     assert_outcome(evaluator.evaluate("reply", code, "search"), Status.INVALID, reason)

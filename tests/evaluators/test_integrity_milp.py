@@ -157,8 +157,11 @@ def test_unbounded_or_misshapen_scores_are_invalid(evaluator, code, needle):
     assert result.status == Status.INVALID and needle in result.error
 
 
-@pytest.mark.parametrize("code, reason", [(huge_reply('policy(state, params)', 'np.asarray(state["infeasibility"], dtype=float)'), HUGE_REASON),
-                                          (wrong_ready('policy(state, params)', 'np.asarray(state["infeasibility"], dtype=float)'), WRONG_READY_REASON)],
-                         ids=["16 MiB reply", "wrong ready"])
-def test_replies_that_could_hurt_the_evaluator_are_invalid(evaluator, code, reason):
+ANSWER = ('policy(state, params)', 'np.asarray(state["infeasibility"], dtype=float)')
+REPLIES = {"16 MiB reply": (huge_reply(*ANSWER), HUGE_REASON), "wrong ready": (wrong_ready(*ANSWER), WRONG_READY_REASON)}
+
+
+@pytest.mark.parametrize("name", sorted(REPLIES))
+def test_replies_that_could_hurt_the_evaluator_are_invalid(evaluator, name):
+    code, reason = REPLIES[name]
     assert_outcome(evaluator.evaluate("reply", code, "search"), Status.INVALID, reason)

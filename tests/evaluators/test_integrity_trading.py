@@ -191,8 +191,11 @@ def test_zero_trades_score_zero_with_the_gate(evaluator):
     assert result.status == Status.OK and result.score == 0.0 and "zero trades" in result.metrics["gate"]
 
 
-@pytest.mark.parametrize("code, reason", [(huge_reply('policy(state, params)', 'np.ones(len(state["close"]))'), HUGE_REASON),
-                                          (wrong_ready('policy(state, params)', 'np.ones(len(state["close"]))'), WRONG_READY_REASON)],
-                         ids=["16 MiB reply", "wrong ready"])
-def test_replies_that_could_hurt_the_evaluator_are_invalid(evaluator, code, reason):
+ANSWER = ('policy(state, params)', 'np.ones(len(state["close"]))')
+REPLIES = {"16 MiB reply": (huge_reply(*ANSWER), HUGE_REASON), "wrong ready": (wrong_ready(*ANSWER), WRONG_READY_REASON)}
+
+
+@pytest.mark.parametrize("name", sorted(REPLIES))
+def test_replies_that_could_hurt_the_evaluator_are_invalid(evaluator, name):
+    code, reason = REPLIES[name]
     assert_outcome(evaluator.evaluate("reply", code, "search"), Status.INVALID, reason)
