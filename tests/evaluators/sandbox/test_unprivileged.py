@@ -69,6 +69,10 @@ def test_sandbox_and_hostile_tests_pass_as_an_ordinary_user():
     missing = [tool for tool in ("setpriv", "unshare", "mount") if shutil.which(tool) is None]
     if missing:
         pytest.skip(f"needs {', '.join(missing)} (util-linux) to switch users in a private mount namespace")
+    unreadable = [p for p in _needed() if os.path.isdir(p) and os.stat(p).st_mode & 0o005 != 0o005]
+    if unreadable:
+        pytest.skip(f"uid {USER} cannot read {unreadable[0]} (mode {os.stat(unreadable[0]).st_mode & 0o777:o}); "
+                    "make it readable by others (chmod o+rX) to run the unprivileged pass")
     hold = tempfile.mkdtemp(prefix="atoll-unprivileged-")
     try:
         script = "\n".join(["set -e", *_openings(hold), " ".join([
