@@ -53,11 +53,13 @@ def cmd_run(args) -> int:
 
     overrides = list(args.set) + ([f"run.max_evals={args.max_evals}"] if args.max_evals else [])
     config, text = load_config(args.config, overrides)
+    protections = _sandbox_protections(config)
     run_dir = _run_dir_for(config, args.run_dir)
     with DuckDBArchive(run_dir / ARCHIVE) as archive:
         run_id = run_dir.resolve().name + "-" + time.strftime("%H%M%S")
         archive.create_run(run_id, config.model_dump(mode="json"), text)
         archive.save_secrets(run_id, _new_secrets(config).to_record())
+        archive.record_protections(run_id, protections)
         console.print(f"[bold]atoll[/] run {run_id} in {run_dir} (resume with: atoll resume {run_dir})",
                       soft_wrap=True)
         return _search(config, archive, run_id, run_dir, args)
@@ -96,9 +98,22 @@ def cmd_resume(args) -> int:
     with _archive(run_dir) as archive:
         run_id, run = _latest_run(archive, run_dir, "resume")
         config = validate(run["config"])
+        archive.record_protections(run_id, _sandbox_protections(config))
         done = archive.count_evaluations(run_id, "search")
         console.print(f"[bold]atoll[/] resuming {run_id}: {done}/{config.run.max_evals} evaluations done")
         return _search(config, archive, run_id, run_dir, args)
+
+
+def _sandbox_protections(config) -> list[str]:
+    """The sandbox's protections on this machine, printed once; refuses if a required one cannot hold."""
+    from evaluators.sandbox.probe import SandboxRefused, required
+
+    try:
+        held = required(config.evaluator.sandbox)
+    except SandboxRefused as exc:
+        raise UserError(str(exc)) from None
+    console.print(f"sandbox: {', '.join(held)}", soft_wrap=True)
+    return held
 
 
 def _search(config, archive, run_id, run_dir, args) -> int:
@@ -170,8 +185,12 @@ def cmd_status(args) -> int:
     sql = ("SELECT r.run_id, r.status, r.started_at, r.ended_at, "
            "(SELECT count(*) FROM evaluations e WHERE e.run_id = r.run_id AND split = 'search') AS evals, "
            "(SELECT max(score) FROM evaluations e WHERE e.run_id = r.run_id AND split = 'search' "
-           "AND status = 'OK') AS best FROM runs r ORDER BY started_at")
-    cols, rows, note = _query(run_dir, sql)
+           "AND status = 'OK') AS best, array_to_string(r.protections, ', ') AS sandbox FROM runs r "
+           "ORDER BY started_at")
+    try:
+        cols, rows, note = _query(run_dir, sql)
+    except UserError:  # an archive from before the sandbox's protections were stored
+        cols, rows, note = _query(run_dir, sql.replace(", array_to_string(r.protections, ', ') AS sandbox", ""))
     _print_rows(cols, rows, note)
     if not from_snapshot(note) and any(row[1] == "running" for row in rows):
         console.print("no driver holds this run: it stopped without ending (crash, kill or lost machine); "

@@ -4,6 +4,8 @@ A domain owns its simulator or solver, its data, its splits and its score. It
 never runs candidate code itself: it receives a `PolicyFn` (in production a
 `sandbox.PolicyProcess`) and sends it batches of states. Anything the candidate
 does wrong is raised as a `CandidateError` and becomes an `EvalResult` status.
+A reply holds one action array per batch of at most 1024 numbers plus four per
+number of that batch's state; a larger one is INVALID before it is read.
 """
 from __future__ import annotations
 
@@ -92,8 +94,20 @@ class Domain(abc.ABC):
         """
         return {}
 
+    def program_modules(self) -> tuple[str, ...]:
+        """Top-level modules the domain's programs may import besides the standard library.
+
+        They are bound read-only into the candidate's root with their companion
+        library folders and the system libraries they load; nothing else is there.
+        """
+        return ("numpy",)
+
     def sandbox_hide(self) -> tuple[str, ...]:
-        """Paths the candidate's process must not read (the domain's own data files)."""
+        """Paths the candidate's process must not read even where they lie inside `program_modules()`.
+
+        The candidate's root is an allow-list, so a domain's data outside those
+        modules is out of reach without naming it here.
+        """
         return ()
 
     @abc.abstractmethod

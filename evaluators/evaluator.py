@@ -13,7 +13,7 @@ from evaluators._base import CandidateError
 from evaluators.sandbox.config import SandboxConfig
 from evaluators.params import ProgramFormatError, entry_point_ok, read_params
 from evaluators.registry import get_domain
-from evaluators.sandbox.process import PolicyProcess
+from evaluators.sandbox.process import PolicyProcess, clip
 from evaluators.secrets import RunSecrets
 from store.records import EvalResult, Status
 
@@ -34,7 +34,7 @@ class Evaluator:
         try:
             outcome = self._score(code, split)
         except CandidateError as exc:
-            return EvalResult(program_id, split, exc.status, error=exc.reason,
+            return EvalResult(program_id, split, exc.status, error=clip(exc.reason),
                               duration_s=time.monotonic() - start)
         return EvalResult(program_id, split, Status.OK, score=outcome.score,
                           metrics=outcome.metrics, instance_scores=tuple(outcome.instance_scores),
@@ -52,5 +52,6 @@ class Evaluator:
             raise CandidateError(Status.INVALID, f"bad program: {exc}") from None
         if not entry_point_ok(code, self.domain.entry_point):
             raise CandidateError(Status.INVALID, f"the program defines no function {self.domain.entry_point}()")
-        with PolicyProcess(code, self.domain.entry_point, self.sandbox, self.hide) as policy:
+        with PolicyProcess(code, self.domain.entry_point, self.sandbox, self.hide,
+                           self.domain.program_modules()) as policy:
             return self.domain.evaluate(policy, params, split)
