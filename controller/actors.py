@@ -20,8 +20,8 @@ from workers.embedded import EmbeddedMutator, Motif
 class MutationWorker:
     """Proposes children for one domain with the embedded mutator."""
 
-    def __init__(self, domain_name: str, domain_options: dict, mutator_config):
-        domain = get_domain(domain_name, **domain_options)
+    def __init__(self, domain, domain_options: dict, mutator_config):
+        domain = get_domain(domain, **domain_options)  # a registered name or the run's DomainConfig
         motifs = [Motif(name, template, tuple(params)) for name, template, params in domain.motifs()]
         self.mutator = EmbeddedMutator(mutator_config, domain.entry_point, motifs)
 
@@ -42,9 +42,13 @@ def evaluator_count(config) -> int:
     return config.evaluator.actors or max(1, int(ray.cluster_resources().get("CPU", 1)))
 
 
-def new_evaluator(config, hide: tuple[str, ...] = ()):
-    """An evaluator actor for `config`'s domain; `hide` lists paths its sandboxes must not see."""
-    return EvaluatorActor.remote(config.domain.name, config.domain.options, config.evaluator.sandbox, hide)
+def new_evaluator(config, hide: tuple[str, ...] = (), *, secrets=None):
+    """An evaluator actor for `config`'s domain; `hide` lists paths its sandboxes must not see.
+
+    `secrets` (a `RunSecrets`) must be the same for every evaluator of a run, so that
+    every program meets the same data.
+    """
+    return EvaluatorActor.remote(config.domain, {}, config.evaluator.sandbox, hide, secrets)
 
 
 def project_root() -> str:

@@ -12,6 +12,7 @@ from rich.console import Console
 
 from controller.cli import UserError
 from controller.config import AtollConfig, load_config, validate
+from controller.domain_commands import cmd_check, cmd_new_domain  # noqa: F401  (the CLI finds commands here)
 
 ARCHIVE = "archive.duckdb"
 # Output to a file or a pipe (a log, a job's driver output) is not cut to 80 columns:
@@ -110,6 +111,7 @@ def _report(archive, run_id, domain, evaluators, run_dir) -> int:
 def cmd_report(args) -> int:
     from controller.actors import connect, evaluator_count, new_evaluator
     from evaluators.registry import get_domain
+    from evaluators.secrets import RunSecrets
 
     run_dir = Path(args.run_dir)
     with _archive(run_dir) as archive:
@@ -122,8 +124,10 @@ def cmd_report(args) -> int:
         config = validate(run["config"])
         connect(args.ray_address)
         signal.signal(signal.SIGTERM, _stop_cleanly)
-        evaluators = [new_evaluator(config, (str(run_dir.resolve()),)) for _ in range(evaluator_count(config))]
-        domain = get_domain(config.domain.name, **config.domain.options)
+        secrets = RunSecrets.draw()
+        evaluators = [new_evaluator(config, (str(run_dir.resolve()),), secrets=secrets)
+                      for _ in range(evaluator_count(config))]
+        domain = get_domain(config.domain, secrets=secrets)
         return _report(archive, run_id, domain, evaluators, run_dir)
 
 

@@ -21,6 +21,7 @@ from controller.actors import MutatorActor, evaluator_count, new_evaluator
 from controller.progress import Progress
 from evaluators.params import write_params
 from evaluators.registry import get_domain
+from evaluators.secrets import RunSecrets
 from islands.archipelago import Archipelago
 from islands.population import Member
 from store.records import Candidate, EvalResult, MutationRequest, Status, code_hash
@@ -35,7 +36,8 @@ class Search:
 
     def __init__(self, config, archive, run_id: str, run_dir, hide: tuple[str, ...] = ()):
         self.config, self.archive, self.run_id, self.run_dir = config, archive, run_id, run_dir
-        self.domain = get_domain(config.domain.name, **config.domain.options)
+        self.secrets = RunSecrets.draw()  # one for all of this session's evaluators
+        self.domain = get_domain(config.domain, secrets=self.secrets)
         self.pending: dict = {}
         self.results: list = []
         self.heldout: list = []
@@ -84,12 +86,12 @@ class Search:
         n = evaluator_count(c)
         self.evaluators = [self._new_evaluator() for _ in range(n)]
         self.load = {i: 0 for i in range(n)}
-        self.mutators = [MutatorActor.remote(c.domain.name, c.domain.options, c.mutator.embedded)
+        self.mutators = [MutatorActor.remote(c.domain, {}, c.mutator.embedded)
                          for _ in range(c.mutator.workers)]
         self._next_mutator = 0
 
     def _new_evaluator(self):
-        return new_evaluator(self.config, self.hide)
+        return new_evaluator(self.config, self.hide, secrets=self.secrets)
 
     def _submit_eval(self, candidate: Candidate, split: str = "search") -> None:
         i = min(self.load, key=self.load.get)

@@ -115,8 +115,11 @@ def baseline_report(config, console) -> dict:
     """Baselines alone on the held-out split: no search, no archive."""
     from evaluators.registry import get_domain
 
-    domain = get_domain(config.domain.name, **config.domain.options)
-    actors = [new_evaluator(config) for _ in range(evaluator_count(config))]
+    from evaluators.secrets import RunSecrets
+
+    secrets = RunSecrets.draw()
+    domain = get_domain(config.domain, secrets=secrets)
+    actors = [new_evaluator(config, secrets=secrets) for _ in range(evaluator_count(config))]
     programs = {f"baseline: {name}": (f"baseline-{name}", code) for name, code in domain.baselines().items()}
     results, reference = _evaluate_all(actors, programs, console)
     columns, rows, notes = domain.heldout_table(results, reference)

@@ -30,7 +30,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from evaluators.domains.trading import report as trading_report
 from evaluators._base import CandidateError, Domain, Outcome, PolicyFn, check_split
 from evaluators.params import ParamSpec
-from evaluators.registry import register
 from evaluators.domains.trading.data import (Market, SyntheticMarket, load_sp500, skfolio_data_dir,
                                      synthetic_market)
 from evaluators.domains.trading.programs import MOTIFS, SEED_PROGRAM, baselines
@@ -238,7 +237,6 @@ class WalkForward:
         return Group(res.fold.tune, np.tile(np.arange(a), len(trials)), lambda: values, done)
 
 
-@register
 class Trading(Domain):
     """Daily position rules on several assets, walk-forward tuned, after costs, next-bar fills."""
 
