@@ -60,7 +60,9 @@ def connect(address: str | None, num_cpus: int | None = None) -> dict:
     if ray.is_initialized():
         return ray.cluster_resources()
     address = address or os.environ.get("RAY_ADDRESS")
-    env = {"env_vars": {"PYTHONPATH": project_root()}}
+    # Atoll's own tree first, then the caller's path (where a user's domain package may live)
+    paths = [project_root(), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = {"env_vars": {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}}
     if address:
         ray.init(address=address, runtime_env=env, log_to_driver=False)
     else:

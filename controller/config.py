@@ -117,7 +117,9 @@ def validate(tree: dict) -> AtollConfig:
     try:
         model.model_validate(config.domain.options)
     except ValidationError as exc:
-        raise ConfigError("domain.options." + _first_error(exc)) from None
+        message = _first_error(exc)  # "(top level): ..." for a rule across several options
+        raise ConfigError("domain.options" + (message[len("(top level)"):] if message.startswith("(top level)")
+                                              else "." + message)) from None
     return config
 
 
