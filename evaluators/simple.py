@@ -125,6 +125,9 @@ class SimpleDomain(Domain):
 
     config_model: ClassVar[type[SimpleOptions]] = SimpleOptions
     baseline_programs: ClassVar[dict[str, str]] = {}
+    # (name, template, params) the embedded mutator may wrap around a return expression: the
+    # template holds {expr} and {p0}, {p1}... for new PARAMS given as (name, default, low, high).
+    mutation_motifs: ClassVar[list[tuple[str, str, tuple]]] = []
     action_shape: ClassVar[tuple[int, ...] | None] = None  # None: any shape
     action_bounds: ClassVar[tuple[float, float] | None] = None  # None: any finite value
 
@@ -159,6 +162,9 @@ class SimpleDomain(Domain):
 
     def baselines(self) -> dict[str, str]:
         return dict(self.baseline_programs)
+
+    def motifs(self) -> list[tuple[str, str, tuple]]:
+        return list(self.mutation_motifs)
 
     def split_instances(self, split: str) -> list:
         """The instances of `split`, built once from the run's secret for that split."""
