@@ -6,8 +6,8 @@ code, and a resume reads it from the archive even if the file has moved or
 changed since. The file is the user's own, so it runs on the trusted side like
 Atoll's code; only candidate programs run in the sandbox.
 
-A file is loaded once per process and per text, as a module of its own named
-after the text's hash (so the dataclasses and pydantic models it defines
+A file is loaded once per process, text and path, as a module of its own named
+after their hash (so the dataclasses and pydantic models it defines
 resolve their annotations); its `__file__` is the file's path, so it can find
 its neighbours where the path exists. A file's domain is the `Domain` subclass
 it defines (usually through `evaluators.simple.SimpleDomain`); a file that
@@ -48,8 +48,12 @@ def read_source(path: str | Path) -> str:
 
 
 def load_module(source: str, path: str | None) -> types.ModuleType:
-    """Execute `source` as a module (once per process and text), or raise a one-line error."""
-    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    """Execute `source` as a module (once per process, text and path), or raise a one-line error.
+
+    The path is part of the key: the same text in two folders is two modules, each
+    with its own `__file__`, so each folder is the one hidden from candidates.
+    """
+    digest = hashlib.sha256(f"{path}\0{source}".encode()).hexdigest()[:16]
     name = MODULE_PREFIX + digest
     if name in sys.modules:
         return sys.modules[name]

@@ -178,18 +178,14 @@ class SimpleDomain(Domain):
 
     def evaluate(self, policy: PolicyFn, params: dict[str, ParamSpec], split: str) -> Outcome:
         check_split(split)
-        search = self.split_instances("search")
+        values, scores, descriptors, trials = {}, None, None, 0
         if params:
-            values, scores, descriptors, trials = self._tune(policy, params, search)
-        else:
-            values, scores, descriptors, trials = {}, None, None, 0
-        if split != "search" or scores is None:
-            instances = self.split_instances(split)
-            played, actions = self._play(policy, instances, [values])
-            scores, descriptors = played[0], actions.descriptors(slice(None))
-        else:
-            instances = search
-        return self._outcome(instances, scores, descriptors, values, params, trials)
+            values, scores, descriptors, trials = self._tune(policy, params, self.split_instances("search"))
+        if split == "search" and scores is not None:  # the best tuning trial is the search score
+            return self._outcome(self.split_instances("search"), scores, descriptors, values, params, trials)
+        instances = self.split_instances(split)
+        played, actions = self._play(policy, instances, [values])
+        return self._outcome(instances, played[0], actions.descriptors(slice(None)), values, params, trials)
 
     def _play(self, policy: PolicyFn, instances: list, trials: list[dict]) -> tuple[np.ndarray, _Actions]:
         """Scores of every (trial, instance) pair, shape (trials, instances), from one simulate() call."""

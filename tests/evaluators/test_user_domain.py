@@ -11,7 +11,8 @@ from controller.config import ConfigError, load_config
 from controller.scaffold import write_domain
 from evaluators.check import Checker
 from evaluators.evaluator import Evaluator
-from evaluators.registry import DomainConfig, DomainLoadError, declared, domain_names, get_domain, get_domain_class
+from evaluators.registry import (DomainConfig, DomainLoadError, declared, domain_folders, domain_names, get_domain,
+                                 get_domain_class)
 from evaluators.sandbox.config import SandboxConfig
 from evaluators.secrets import RunSecrets
 from store.records import Status
@@ -80,6 +81,14 @@ def test_a_file_domain_runs_from_its_text_even_after_the_file_is_gone(tmp_path):
     assert result.score > -0.2 and result.tuned_params["gain"] > 0.8  # the written gain 0.3 scores about -0.7
     assert len(result.instance_scores) == 4 and len(result.metrics["instances"]) == 4
     assert len(result.descriptors) == 2 and result.metrics["tune_trials"] == 24
+
+
+def test_the_same_text_in_two_folders_hides_each_folder(tmp_path):
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir()
+    second.mkdir()
+    folders = [domain_folders(get_domain(_config(folder))) for folder in (first, second)]
+    assert folders == [(str(first),), (str(second),)]
 
 
 def test_every_split_is_scored_and_held_out_data_differs_from_search(tmp_path):
