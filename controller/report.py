@@ -114,7 +114,6 @@ def _as_result(row: dict):
 def baseline_report(config, console) -> dict:
     """Baselines alone on the held-out split: no search, no archive."""
     from evaluators.registry import get_domain
-
     from evaluators.secrets import RunSecrets
 
     secrets = RunSecrets.draw()

@@ -139,8 +139,7 @@ class Checker:
             self.seed[split] = self._evaluate(self.evaluator, "check-seed", self.domain.seed_program, split)
         return self.seed[split]
 
-    def _on_every_split(self, label: str, code: str) -> Check:
-        results = {split: self._evaluate(self.evaluator, f"check-{label}", code, split) for split in SPLITS}
+    def _on_every_split(self, label: str, results: dict[str, EvalResult]) -> Check:
         bad = {split: r for split, r in results.items() if r.status != Status.OK}
         if bad:
             split, result = next(iter(bad.items()))
@@ -151,18 +150,16 @@ class Checker:
                      ", ".join(f"{split} {r.score:.6g}" for split, r in results.items()))
 
     def seed_scores(self) -> Check:
-        check = self._on_every_split("seed program", self.domain.seed_program)
-        if check.passed:
-            for split in SPLITS:
-                self._seed_on(split)
-        return check
+        return self._on_every_split("seed program", {split: self._seed_on(split) for split in SPLITS})
 
     def baselines_score(self) -> list[Check]:
         baselines = self.domain.baselines()
         if not baselines:
             return [Check("the domain has baselines", False, "no baseline to compare the evolved best with: "
                           "add at least one program (SimpleDomain: baseline_programs)")]
-        return [self._on_every_split(f"baseline {name!r}", code) for name, code in baselines.items()]
+        return [self._on_every_split(f"baseline {name!r}", {split: self._evaluate(
+            self.evaluator, f"check-baseline-{name}", code, split) for split in SPLITS})
+            for name, code in baselines.items()]
 
     def splits_differ(self) -> Check:
         name = "the splits hold different instances"
