@@ -12,6 +12,7 @@ from rich.console import Console
 
 from controller.cli import UserError
 from controller.config import AtollConfig, load_config, validate
+from controller.domain_commands import cmd_check, cmd_new_domain  # noqa: F401  (the CLI finds commands here)
 
 ARCHIVE = "archive.duckdb"
 # Output to a file or a pipe (a log, a job's driver output) is not cut to 80 columns:
@@ -170,7 +171,7 @@ def cmd_report(args) -> int:
         signal.signal(signal.SIGTERM, _stop_cleanly)
         evaluators = [new_evaluator(config, (str(run_dir.resolve()),), secrets=secrets)
                       for _ in range(evaluator_count(config))]
-        domain = get_domain(config.domain.name, secrets=secrets, **config.domain.options)
+        domain = get_domain(config.domain, secrets=secrets)
         return _report(archive, run_id, domain, evaluators, run_dir)
 
 

@@ -36,7 +36,7 @@ class Search:
     def __init__(self, config, archive, run_id: str, run_dir, hide: tuple[str, ...] = (), *, secrets):
         self.config, self.archive, self.run_id, self.run_dir = config, archive, run_id, run_dir
         self.secrets = secrets  # the run's, from its archive: every evaluator gets the same
-        self.domain = get_domain(config.domain.name, secrets=secrets, **config.domain.options)
+        self.domain = get_domain(config.domain, secrets=secrets)
         self.pending: dict = {}
         self.results: list = []
         self.heldout: list = []
@@ -85,7 +85,7 @@ class Search:
         n = evaluator_count(c)
         self.evaluators = [self._new_evaluator() for _ in range(n)]
         self.load = {i: 0 for i in range(n)}
-        self.mutators = [MutatorActor.remote(c.domain.name, c.domain.options, c.mutator.embedded)
+        self.mutators = [MutatorActor.remote(c.domain, {}, c.mutator.embedded)
                          for _ in range(c.mutator.workers)]
         self._next_mutator = 0
 

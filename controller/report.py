@@ -124,7 +124,7 @@ def baseline_report(config, console, secrets) -> dict:
     """Baselines alone on the held-out split, on `secrets` (fresh ones unless replayed): no search, no archive."""
     from evaluators.registry import get_domain
 
-    domain = get_domain(config.domain.name, secrets=secrets, **config.domain.options)
+    domain = get_domain(config.domain, secrets=secrets)
     actors = [new_evaluator(config, secrets=secrets) for _ in range(evaluator_count(config))]
     programs = {f"baseline: {name}": (f"baseline-{name}", code) for name, code in domain.baselines().items()}
     results, reference = _evaluate_all(actors, programs, console)

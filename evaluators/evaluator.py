@@ -12,7 +12,7 @@ import time
 from evaluators._base import CandidateError
 from evaluators.sandbox.config import SandboxConfig
 from evaluators.params import ProgramFormatError, entry_point_ok, read_params
-from evaluators.registry import get_domain
+from evaluators.registry import DomainConfig, domain_folders, get_domain
 from evaluators.sandbox.process import PolicyProcess, clip
 from evaluators.secrets import RunSecrets
 from store.records import EvalResult, Status
@@ -21,13 +21,14 @@ from store.records import EvalResult, Status
 class Evaluator:
     """Scores programs for one domain; one instance per evaluator actor."""
 
-    def __init__(self, domain_name: str, domain_options: dict, sandbox: SandboxConfig,
+    def __init__(self, domain: str | DomainConfig, domain_options: dict, sandbox: SandboxConfig,
                  hide: tuple[str, ...] = (), secrets: RunSecrets | None = None):
-        """`secrets`: the run's secret randomness, the same for every evaluator of a run (common
+        """`domain`: a registered name or the run's `DomainConfig` (see `registry.get_domain`).
+        `secrets`: the run's secret randomness, the same for every evaluator of a run (common
         random numbers); None draws fresh ones, for an evaluator that stands alone."""
-        self.domain = get_domain(domain_name, secrets=secrets, **domain_options)
+        self.domain = get_domain(domain, secrets=secrets, **domain_options)
         self.sandbox = sandbox
-        self.hide = tuple(hide) + tuple(self.domain.sandbox_hide())
+        self.hide = tuple(hide) + tuple(self.domain.sandbox_hide()) + domain_folders(self.domain)
 
     def evaluate(self, program_id: str, code: str, split: str) -> EvalResult:
         start = time.monotonic()

@@ -1,4 +1,5 @@
-"""Every registered domain, through the same checks: the real Evaluator and sandbox, tiny options."""
+"""Every registered domain and a user's own file domain, through the same checks: the real Evaluator
+and sandbox, tiny options."""
 import ast
 
 import pydantic
@@ -8,6 +9,8 @@ from evaluators._base import SPLITS
 from evaluators.sandbox.config import SandboxConfig
 from evaluators.evaluator import Evaluator
 from evaluators.params import read_params
+from controller.config import load_config
+from controller.scaffold import write_domain
 from evaluators.registry import domain_names, get_domain, get_domain_class
 from store.records import EvalResult, Status
 
@@ -27,8 +30,20 @@ TINY_OPTIONS = {
     "trading": {"assets": ["SP500", "KO"], "validation_assets": ["JNJ"], "tune_bars": 60, "test_bars": 40,
                 "holdout_bars": 60, "max_folds": 2, "tune_trials": 3},
 }
+TINY_USER = {"horizon": 20, "search_instances": 3, "validation_instances": 3, "heldout_instances": 4,
+             "tune_trials": 4, "tune_batch": 2}
 LIMITS = SandboxConfig(wall_s=60)
-NAMES = domain_names()
+USER_FILE = "pricing (a user's file, from atoll new-domain)"
+NAMES = domain_names() + [USER_FILE]
+
+
+def _spec(name, folder):
+    """A built-in's name, or the `[domain]` branch of the scaffold's config, as `atoll run` loads it."""
+    if name != USER_FILE:
+        return name, TINY_OPTIONS.get(name, {})
+    write_domain("pricing", folder)
+    config, _ = load_config(folder / "pricing.toml")
+    return config.domain, TINY_USER
 
 
 @pytest.fixture(autouse=True)
@@ -37,12 +52,13 @@ def _cache(tmp_path, monkeypatch):
 
 
 @pytest.fixture(scope="module", params=NAMES)
-def scored(request):
-    """(domain name, evaluator, held-out results of every baseline) for one domain."""
-    evaluator = Evaluator(request.param, TINY_OPTIONS.get(request.param, {}), LIMITS)
+def scored(request, tmp_path_factory):
+    """(domain name or config, evaluator, held-out results of every baseline) for one domain."""
+    spec, options = _spec(request.param, tmp_path_factory.mktemp("user_domain"))
+    evaluator = Evaluator(spec, options, LIMITS)
     held = {f"baseline: {name}": evaluator.evaluate(f"b-{name}", code, "heldout")
             for name, code in evaluator.domain.baselines().items()}
-    return request.param, evaluator, held
+    return spec, evaluator, held
 
 
 def test_registry_lists_inventory():

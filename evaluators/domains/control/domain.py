@@ -32,7 +32,6 @@ from evaluators.domains.control import programs as progs
 from evaluators._base import CandidateError, Domain, Outcome, PolicyFn, check_split
 from evaluators.domains.control.report import heldout_table
 from evaluators.params import ParamSpec
-from evaluators.registry import register
 from evaluators.tuning import EliteSampler, distributions, new_study, sobol_sampler
 from store.records import EvalResult, Status
 
@@ -243,7 +242,6 @@ _PROGRAMS = {  # env -> (seed program, simple rule name and text, motifs, built-
 }
 
 
-@register
 class Control(Domain):
     """Gymnasium control: mean return of `act(obs, params)` over seeded episodes."""
 

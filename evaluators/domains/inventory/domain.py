@@ -30,7 +30,6 @@ from evaluators.domains.inventory import report
 from evaluators.domains.inventory.programs import BASELINES, MOTIFS, SEED_PROGRAM
 from evaluators._base import CandidateError, Domain, Outcome, PolicyFn, check_split
 from evaluators.params import ParamSpec
-from evaluators.registry import register
 from evaluators.tuning import EliteSampler, distributions, new_study, sobol_sampler
 from store.records import EvalResult, Status
 
@@ -268,7 +267,6 @@ class Tuner:
         return best
 
 
-@register
 class Inventory(Domain):
     """Lost-sales inventory with lead time on the Zipkin grid."""
 

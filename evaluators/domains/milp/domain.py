@@ -35,7 +35,6 @@ from evaluators._base import Domain, Outcome, PolicyFn, check_split
 from evaluators.domains.milp.programs import BASELINES, MOTIFS, SEED_PROGRAM
 from evaluators.domains.milp.scip import BUILTIN_RULES, SolveRecord, solve
 from evaluators.params import ParamSpec
-from evaluators.registry import register
 from evaluators.tuning import distributions, new_study
 from store.records import EvalResult
 
@@ -107,7 +106,6 @@ def sgm(values, shift: float) -> float:
     return float(np.exp(np.mean(np.log(v + shift))) - shift)
 
 
-@register
 class Milp(Domain):
     """Branching-variable selection in SCIP on one generated instance family."""
 

@@ -32,7 +32,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from evaluators.domains.trading import report as trading_report
 from evaluators._base import Domain, Outcome, PolicyFn, check_split
 from evaluators.params import ParamSpec
-from evaluators.registry import register
 from evaluators.domains.trading.data import (Market, SyntheticMarket, load_sp500, skfolio_data_dir,
                                      synthetic_market)
 from evaluators.domains.trading.programs import MOTIFS, SEED_PROGRAM, baselines
@@ -70,7 +69,6 @@ class TradingConfig(BaseModel):
         return self
 
 
-@register
 class Trading(Domain):
     """Daily position rules on several assets, walk-forward tuned, after costs, next-bar fills."""
 
