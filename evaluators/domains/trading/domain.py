@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from evaluators.domains.trading import report as trading_report
 from evaluators._base import CandidateError, Domain, Outcome, PolicyFn, check_split
@@ -58,6 +58,24 @@ class TradingConfig(BaseModel):
     cost_bps: float = Field(5.0, ge=0.0, le=500.0, description="Cost per side in basis points, charged on turnover |change of position|.")
     tune_trials: int = Field(6, ge=1, le=256, description="Optuna trials per tune window, all simulated in the same pass; the first is the PARAMS defaults.")
     tune_seed: int = Field(0, ge=0, description="Seed of the tuning sampler.")
+
+    @field_validator("assets")
+    @classmethod
+    def _assets_exist(cls, assets: list[str], info: ValidationInfo) -> list[str]:
+        """An unknown ticker is refused when the config is loaded, not in an evaluator."""
+        if info.data.get("market", "sp500") == "sp500":
+            try:
+                load_sp500(tuple(assets))
+            except FileNotFoundError as exc:
+                raise ValueError(str(exc)) from None
+        return assets
+
+    @model_validator(mode="after")
+    def _folds_fit(self):
+        """The market must hold the holdout and at least one walk-forward fold."""
+        bars = self.synthetic.bars if self.market == "synthetic" else len(load_sp500(tuple(self.assets)).dates)
+        layout(bars, self)
+        return self
 
 
 @dataclass(frozen=True)
@@ -244,6 +262,7 @@ class Trading(Domain):
 
     name = "trading"
     config_model = TradingConfig
+    descriptor_names = ("exposure", "log(1 + turnover per year)")
 
     def __init__(self, config: TradingConfig):
         self.config = config
