@@ -37,7 +37,7 @@ def cmd_run(args) -> int:
     connect(args.ray_address)
     run_dir = rundir.claim(config.run.name, args.run_dir)
     run_id = run_dir.resolve().name + "-" + time.strftime("%H%M%S")
-    with rundir.createrundir.open_archive(run_dir, run_id, config.model_dump(mode="json"), text) as archive:
+    with rundir.create_archive(run_dir, run_id, config.model_dump(mode="json"), text) as archive:
         console.print(f"[bold]atoll[/] run {run_id} in {run_dir} (resume with: atoll resume {run_dir})",
                       soft_wrap=True)
         return _search(config, archive, run_id, run_dir, args)

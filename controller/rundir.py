@@ -19,18 +19,26 @@ from controller.cli import UserError
 ARCHIVE = "archive.duckdb"
 
 
-def open_archive(run_dir: Path, read_only: bool = False):
-    """The run directory's archive; a live driver's lock is refused with one line, before anything is written."""
+def open_archive(run_dir: Path, read_only: bool = False, patience_s: float = 3.0):
+    """The run directory's archive; a live driver's lock is refused with one line, before anything is written.
+
+    A reader (`atoll status`, `atoll query`) holds a stopped run's archive for a moment; the
+    open waits out such a lock for `patience_s`, a live driver's lock is there for good.
+    """
     from store.duckdb_archive import DuckDBArchive
 
     if not (run_dir / ARCHIVE).is_file():
         raise UserError(f"{run_dir} is not a run directory (no {ARCHIVE} in it)")
-    try:
-        return DuckDBArchive(run_dir / ARCHIVE, read_only=read_only)
-    except Exception as exc:  # duckdb's lock error names the holder's pid; nothing was written
-        if "lock" in str(exc).lower():
-            raise in_use(run_dir, str(exc)) from None
-        raise
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            return DuckDBArchive(run_dir / ARCHIVE, read_only=read_only)
+        except Exception as exc:  # duckdb's lock error names the holder's pid; nothing was written
+            if "lock" not in str(exc).lower():
+                raise
+            if time.monotonic() > deadline:
+                raise in_use(run_dir, str(exc)) from None
+        time.sleep(0.1)
 
 
 def in_use(run_dir: Path, error: str) -> UserError:
