@@ -7,6 +7,7 @@ input refused before the run exists.
 import errno
 import os
 import random
+import signal
 import subprocess
 import time
 
@@ -37,12 +38,16 @@ def test_two_runs_at_once_finish_and_a_second_driver_on_a_live_run_is_refused(tm
         raise
     try:
         wait_for_evaluations(a_dir, 2, a)
-        for args in (["resume", a_dir], ["report", a_dir]):
-            out = atoll(tmp_path, *args)
-            assert out.returncode == 2, out
-            assert f"{a_dir} is in use by a live run (driver pid {a.pid})" in _one_line(out.stderr)
-        again = atoll(tmp_path, "run", CONFIG, "--run-dir", a_dir)
-        assert again.returncode == 2 and "already holds a run" in _one_line(again.stderr)
+        os.kill(a.pid, signal.SIGSTOP)  # A's driver holds its directory, however fast A would finish
+        try:
+            for args in (["resume", a_dir], ["report", a_dir]):
+                out = atoll(tmp_path, *args)
+                assert out.returncode == 2, out
+                assert f"{a_dir} is in use by a live run (driver pid {a.pid})" in _one_line(out.stderr)
+            again = atoll(tmp_path, "run", CONFIG, "--run-dir", a_dir)
+            assert again.returncode == 2 and "already holds a run" in _one_line(again.stderr)
+        finally:
+            os.kill(a.pid, signal.SIGCONT)
         a_out, a_err = a.communicate(timeout=400)
         b_out, b_err = b.communicate(timeout=400)
     finally:
