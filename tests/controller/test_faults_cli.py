@@ -26,6 +26,7 @@ def _one_line(text: str) -> str:
     return lines[0]
 
 
+@pytest.mark.timeout(600)  # minutes on a busy 2-core machine
 def test_two_runs_at_once_finish_and_a_second_driver_on_a_live_run_is_refused(tmp_path):
     a_dir, b_dir = tmp_path / "a", tmp_path / "b"
     (tmp_path / "a-file").write_text("")  # the report's reference figures cannot be cached under it: they fail
@@ -78,6 +79,7 @@ def _fill(disk) -> object:
     return filler
 
 
+@pytest.mark.timeout(600)  # minutes on a busy 2-core machine
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs for the run directory needs root")
 def test_a_full_disk_stops_the_run_cleanly_and_resume_finishes_once_space_is_free(tmp_path):
     disk = tmp_path / "disk"
@@ -136,6 +138,7 @@ def _live_count(run_dir) -> int:
         return 0
 
 
+@pytest.mark.timeout(900)  # minutes on a busy 2-core machine
 def test_a_chain_of_kill_9_at_random_moments_loses_nothing_and_completes_the_budget_exactly(tmp_path):
     seed = int.from_bytes(os.urandom(4), "little")
     rng, run_dir, budget = random.Random(seed), tmp_path / "run", 16
