@@ -13,6 +13,7 @@ from rich.console import Console
 from controller import rundir
 from controller.cli import UserError
 from controller.config import load_config, validate
+
 # Output to a file or a pipe (a log, a job's driver output) is not cut to 80 columns:
 # the held-out tables stay one line per row there.
 console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160)
