@@ -10,27 +10,14 @@ from pathlib import Path
 
 from rich.console import Console
 
+from controller import rundir
 from controller.cli import UserError
-from controller.config import AtollConfig, load_config, validate
+from controller.config import load_config, validate
 from controller.domain_commands import cmd_check, cmd_new_domain  # noqa: F401  (the CLI finds commands here)
 
-ARCHIVE = "archive.duckdb"
 # Output to a file or a pipe (a log, a job's driver output) is not cut to 80 columns:
 # the held-out tables stay one line per row there.
 console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160)
-
-
-def _archive(run_dir: Path, read_only: bool = False):
-    from store.duckdb_archive import DuckDBArchive
-
-    if not (run_dir / ARCHIVE).is_file():
-        raise UserError(f"{run_dir} is not a run directory (no {ARCHIVE} in it)")
-    try:
-        return DuckDBArchive(run_dir / ARCHIVE, read_only=read_only)
-    except Exception as exc:  # duckdb's lock error names the holder's pid
-        if "lock" in str(exc).lower():
-            raise UserError(f"{run_dir} is in use by a live run: {str(exc).splitlines()[0]}") from None
-        raise
 
 
 def _latest_run(archive, run_dir: Path, verb: str) -> tuple[str, dict]:
@@ -41,26 +28,25 @@ def _latest_run(archive, run_dir: Path, verb: str) -> tuple[str, dict]:
     return run_id, run
 
 
-def _run_dir_for(config: AtollConfig, given: str | None) -> Path:
-    run_dir = Path(given) if given else Path("runs") / f"{config.run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    if (run_dir / ARCHIVE).exists():
-        raise UserError(f"{run_dir} already holds a run; continue it with: atoll resume {run_dir}")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    return run_dir
-
-
 def cmd_run(args) -> int:
-    from store.duckdb_archive import DuckDBArchive
+    """Everything that can be refused is checked (config, run directory, Ray address) before the run exists."""
+    from controller.actors import connect
 
-    overrides = list(args.set) + ([f"run.max_evals={args.max_evals}"] if args.max_evals else [])
+    overrides = list(args.set) + ([f"run.max_evals={args.max_evals}"] if args.max_evals is not None else [])
     config, text = load_config(args.config, overrides)
     protections = _sandbox_protections(config)
-    run_dir = _run_dir_for(config, args.run_dir)
-    with DuckDBArchive(run_dir / ARCHIVE) as archive:
-        run_id = run_dir.resolve().name + "-" + time.strftime("%H%M%S")
-        archive.create_run(run_id, config.model_dump(mode="json"), text)
-        archive.save_secrets(run_id, _new_secrets(config).to_record())
+    if args.run_dir:
+        rundir.check_free(Path(args.run_dir))
+    connect(args.ray_address)
+    run_dir = rundir.claim(config.run.name, args.run_dir)
+    run_id = run_dir.resolve().name + "-" + time.strftime("%H%M%S")
+    secrets = _new_secrets(config)
+
+    def setup(archive):
+        archive.save_secrets(run_id, secrets.to_record())
         archive.record_protections(run_id, protections)
+
+    with rundir.create_archive(run_dir, run_id, config.model_dump(mode="json"), text, setup) as archive:
         console.print(f"[bold]atoll[/] run {run_id} in {run_dir} (resume with: atoll resume {run_dir})",
                       soft_wrap=True)
         return _search(config, archive, run_id, run_dir, args)
@@ -95,13 +81,17 @@ def _stored_secrets(archive, run_id: str, run_dir: Path):
 
 
 def cmd_resume(args) -> int:
+    from controller.actors import connect
+
     run_dir = Path(args.run_dir)
-    with _archive(run_dir) as archive:
+    with rundir.open_archive(run_dir) as archive:
         run_id, run = _latest_run(archive, run_dir, "resume")
         config = validate(run["config"])
+        _refuse_failed_seed(archive, run_id)
         archive.record_protections(run_id, _sandbox_protections(config))
         done = archive.count_evaluations(run_id, "search")
         console.print(f"[bold]atoll[/] resuming {run_id}: {done}/{config.run.max_evals} evaluations done")
+        connect(args.ray_address)
         return _search(config, archive, run_id, run_dir, args)
 
 
@@ -117,34 +107,62 @@ def _sandbox_protections(config) -> list[str]:
     return held
 
 
+def _refuse_failed_seed(archive, run_id: str) -> None:
+    from controller.loop import stored_seed_error
+
+    error = stored_seed_error(archive, run_id)
+    if error:
+        raise UserError(f"the run's seed program failed ({error}); there is nothing to evolve from: "
+                        "start a new run once the seed program can score")
+
+
+def _guard_disk(run_dir: Path, work) -> int:
+    """`work()`'s exit status; a full disk on the way stops it with one line and exit status 1."""
+    from controller.faults import disk_full, disk_full_message
+
+    try:
+        return work()
+    except Exception as exc:
+        if not disk_full(exc, run_dir):
+            raise
+    print(f"atoll: {disk_full_message(run_dir)}", file=sys.stderr)
+    return 1
+
+
 def _search(config, archive, run_id, run_dir, args) -> int:
-    from controller.actors import connect
+    return _guard_disk(run_dir, lambda: _search_and_report(config, archive, run_id, run_dir, args))
+
+
+def _search_and_report(config, archive, run_id, run_dir, args) -> int:
+    """The search, then its held-out report."""
+    from controller.actors import new_evaluator
     from controller.loop import Search
 
-    connect(args.ray_address)
     signal.signal(signal.SIGTERM, _stop_cleanly)  # `ray job stop`, a scheduler's kill: commit, then exit
     archive.set_run_status(run_id, "running")
-    search = Search(config, archive, run_id, run_dir, hide=(str(run_dir.resolve()),),
-                    secrets=_stored_secrets(archive, run_id, run_dir))
+    hide = (str(run_dir.resolve()),)
+    secrets = _stored_secrets(archive, run_id, run_dir)
+    search = Search(config, archive, run_id, run_dir, hide=hide, secrets=secrets)
     status = search.run()
     archive.set_run_status(run_id, status, ended=True)
     if status == "seed-failed":
         raise UserError(f"the seed program failed ({search.seed_error}); nothing to evolve from")
     console.print(f"search {status}: {archive.count_evaluations(run_id, 'search')} evaluations")
     if status != "interrupted" and not args.no_report:
-        return _report(archive, run_id, search.domain, search.evaluators, run_dir)
+        return _report(archive, run_id, search.domain, search.evaluators, run_dir,
+                       lambda: new_evaluator(config, hide, secrets=secrets))
     if status == "interrupted":
         console.print(f"stopped; everything finished is committed. Continue with: atoll resume {run_dir}",
                       soft_wrap=True)
     return 130 if status == "interrupted" else 0
 
 
-def _report(archive, run_id, domain, evaluators, run_dir) -> int:
+def _report(archive, run_id, domain, evaluators, run_dir, new_evaluator) -> int:
     """The held-out table; Ctrl-C (or SIGTERM) stops it with what finished kept."""
     from controller.report import heldout_report
 
     try:
-        heldout_report(archive, run_id, domain, evaluators, console)
+        heldout_report(archive, run_id, domain, evaluators, console, new_evaluator)
     except KeyboardInterrupt:
         console.print("held-out report stopped. The search is committed, and so is every held-out result "
                       f"that finished. Print the table (scoring only what is missing) with: atoll report {run_dir}",
@@ -158,7 +176,7 @@ def cmd_report(args) -> int:
     from evaluators.registry import get_domain
 
     run_dir = Path(args.run_dir)
-    with _archive(run_dir) as archive:
+    with rundir.open_archive(run_dir) as archive:
         run_id, run = _latest_run(archive, run_dir, "report on")
         if run["status"] == "running":
             raise UserError(f"{run_dir}: the run is marked running (live, or stopped without ending); "
@@ -169,10 +187,11 @@ def cmd_report(args) -> int:
         secrets = _stored_secrets(archive, run_id, run_dir)
         connect(args.ray_address)
         signal.signal(signal.SIGTERM, _stop_cleanly)
-        evaluators = [new_evaluator(config, (str(run_dir.resolve()),), secrets=secrets)
-                      for _ in range(evaluator_count(config))]
+        hide = (str(run_dir.resolve()),)
+        evaluators = [new_evaluator(config, hide, secrets=secrets) for _ in range(evaluator_count(config))]
         domain = get_domain(config.domain, secrets=secrets)
-        return _report(archive, run_id, domain, evaluators, run_dir)
+        return _guard_disk(run_dir, lambda: _report(archive, run_id, domain, evaluators, run_dir,
+                                                    lambda: new_evaluator(config, hide, secrets=secrets)))
 
 
 def _stop_cleanly(signum, frame):

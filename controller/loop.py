@@ -17,7 +17,8 @@ import msgpack
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
-from controller.actors import MutatorActor, evaluator_count, new_evaluator
+from controller import faults
+from controller.actors import evaluator_count, new_evaluator, new_mutator
 from controller.progress import Progress
 from evaluators.params import write_params
 from evaluators.registry import get_domain
@@ -48,6 +49,8 @@ class Search:
         self.failures = 0
         self.best_score = None
         self.hide = hide
+        self.deaths = faults.Deaths(config.controller.actor_death_retries)
+        self.disk_full = False
         self._rebuild()
 
     def _rebuild(self) -> None:
@@ -55,6 +58,7 @@ class Search:
         self.codes = {r["program_id"]: r["code"] for r in rows}
         self.scores = {r["program_id"]: r["score"] for r in rows}
         seeds = [r for r in rows if r["mutator"] == "seed"]
+        self.seed_error = stored_seed_error(self.archive, self.run_id, seeds)
         others = [r for r in rows if r["mutator"] != "seed"]
         fanned = [dict(s, island=i) for s in seeds for i in range(self.config.islands.count)]
         self.islands = self._restore(len(rows)) or Archipelago.rebuild(
@@ -85,12 +89,14 @@ class Search:
         n = evaluator_count(c)
         self.evaluators = [self._new_evaluator() for _ in range(n)]
         self.load = {i: 0 for i in range(n)}
-        self.mutators = [MutatorActor.remote(c.domain, {}, c.mutator.embedded)
-                         for _ in range(c.mutator.workers)]
+        self.mutators = [self._new_mutator() for _ in range(c.mutator.workers)]
         self._next_mutator = 0
 
     def _new_evaluator(self):
         return new_evaluator(self.config, self.hide, secrets=self.secrets)
+
+    def _new_mutator(self):
+        return new_mutator(self.config)
 
     def _submit_eval(self, candidate: Candidate, split: str = "search") -> None:
         i = min(self.load, key=self.load.get)
@@ -106,9 +112,12 @@ class Search:
             parent_id=parent.program_id, parent_code=parent.code,
             inspirations=tuple((m.program_id, m.code) for m in inspirations),
             operator_weights=tuple(self._operator_weights()), seed=int(self.islands.rng.integers(2**31)))
-        actor = self.mutators[self._next_mutator % len(self.mutators)]
+        self._send_mutation(request)
+
+    def _send_mutation(self, request: MutationRequest) -> None:
+        i = self._next_mutator % len(self.mutators)
         self._next_mutator += 1
-        self.pending[actor.propose.remote(request)] = ("mutate", request, None)
+        self.pending[self.mutators[i].propose.remote(request)] = ("mutate", request, i)
 
     def _operator_weights(self):
         prior = self.config.mutator.embedded.success_prior
@@ -139,7 +148,12 @@ class Search:
             self._submit_mutation()
 
     def run(self) -> str:
-        """Search until the budget is spent; returns the run's final status."""
+        """Search until the budget is spent; returns the run's final status.
+
+        A full disk ends it with the error (what was committed before stands, nothing more is written).
+        """
+        if self.seed_error:
+            return "seed-failed"
         self._start_actors()
         start = time.monotonic()
         progress = Progress(self, self.config.run.max_evals, self.config.run.max_wall_s)
@@ -160,7 +174,7 @@ class Search:
                         break
                     ready, _ = ray.wait(list(self.pending), num_returns=1, timeout=0.5)
                     for ref in ready:
-                        self._handle(ref, *self.pending.pop(ref))
+                        self._handle(ref, *self.pending[ref])
                     if drain_until is not None and time.monotonic() > drain_until:
                         self._cancel_all()
                     now = time.monotonic()
@@ -174,13 +188,16 @@ class Search:
         except KeyboardInterrupt:
             status = "interrupted"
             self._cancel_all()
+        except Exception as exc:
+            self.disk_full = faults.disk_full(exc, self.run_dir)
+            self._cancel_all()
+            raise
         finally:
-            self.commit()
-            self.archive.save_snapshot(self.run_id, self._snapshot())
-            self.publish()
+            if not self.disk_full:
+                self.commit()
+                self.archive.save_snapshot(self.run_id, self._snapshot())
+                self.publish()
         return "seed-failed" if self.seed_error else status
-
-    seed_error = ""
 
     def _cancel_all(self) -> None:
         """Drop in-flight work; it was never committed, so a resume redoes it."""
@@ -192,23 +209,68 @@ class Search:
         self.pending.clear()
 
     # --- results ------------------------------------------------------------
-    def _handle(self, ref, kind: str, payload, actor: int | None) -> None:
-        if actor is not None:
-            self.load[actor] -= 1
+    def _handle(self, ref, kind: str, payload, actor: int) -> None:
         try:
-            value = ray.get(ref)
-        except RayActorError:
-            self.events.append(("actor-lost", {"actor": actor, "program_id": payload.program_id}))
-            self.evaluators[actor] = self._new_evaluator()
-            self._submit_eval(payload, "search" if kind == "eval" else "heldout")
+            value = self._value(ref, kind, payload)
+        except RayActorError as exc:
+            self._actor_lost(kind, actor, exc)
             return
+        del self.pending[ref]
+        if kind != "mutate":
+            self.load[actor] -= 1
+        self._deliver(kind, payload, value)
+
+    def _value(self, ref, kind: str, payload):
+        """The job's result; our own code raising becomes a FAILED result (None for a mutation)."""
+        try:
+            return ray.get(ref)
         except RayTaskError as exc:
             self.events.append(("internal-error", {"kind": kind, "error": str(exc)[-2000:]}))
             if kind == "mutate":
-                return
-            value = EvalResult(payload.program_id, "search" if kind == "eval" else "heldout",
-                               Status.FAILED, error=f"internal evaluator error: {str(exc)[-500:]}")
-        getattr(self, f"_on_{kind}")(payload, value)
+                return None
+            return EvalResult(payload.program_id, _split(kind), Status.FAILED,
+                              error=f"internal evaluator error: {str(exc)[-500:]}")
+
+    def _deliver(self, kind: str, payload, value) -> None:
+        if value is not None:
+            getattr(self, f"_on_{kind}")(payload, value)
+
+    # --- lost actors (what becomes of their jobs is decided in controller.faults) ----
+    def _actor_lost(self, kind: str, actor: int, exc: RayActorError) -> None:
+        """Keep what the dead actor finished, charge the job it was running, requeue the rest, replace it."""
+        mutating = kind == "mutate"
+        jobs = {ref: job[:2] for ref, job in self.pending.items() if job[2] == actor and (job[0] == "mutate") == mutating}
+        for ref in jobs:
+            del self.pending[ref]
+        self._replace(mutating, actor)
+        keys = {ref: _job_id(*job) for ref, job in jobs.items()}
+        fate = faults.triage(keys, self.deaths, *(("mutation request", "mutator") if mutating else ()))
+        for ref in fate.finished:
+            self._deliver(*jobs[ref], self._value(ref, *jobs[ref]))
+        self.events.append(("actor-lost", fate.event("mutator" if mutating else "evaluator", actor, keys, exc)))
+        for ref in fate.retry:
+            self._resend(*jobs[ref])
+        if fate.given_up is not None:
+            self._give_up(*jobs[fate.given_up], fate.reason)
+
+    def _replace(self, mutating: bool, actor: int) -> None:
+        pool = self.mutators if mutating else self.evaluators
+        faults.retire(pool[actor])
+        pool[actor] = self._new_mutator() if mutating else self._new_evaluator()
+        if not mutating:
+            self.load[actor] = 0
+
+    def _resend(self, kind: str, payload) -> None:
+        if kind == "mutate":
+            self._send_mutation(payload)
+        else:
+            self._submit_eval(payload, _split(kind))
+
+    def _give_up(self, kind: str, payload, reason: str) -> None:
+        if kind == "mutate":
+            self.events.append(("mutation-failed", {"island": payload.island, "reason": reason}))
+        else:
+            self._deliver(kind, payload, EvalResult(payload.program_id, _split(kind), Status.FAILED, error=reason))
 
     def _on_mutate(self, request: MutationRequest, proposal) -> None:
         if isinstance(proposal, str):
@@ -288,3 +350,23 @@ class Search:
 
     def publish(self) -> None:
         self.archive.publish_snapshot(self.run_dir / "archive.snapshot.duckdb")
+
+
+def stored_seed_error(archive, run_id: str, rows: list[dict] | None = None) -> str:
+    """Why the run's committed seed program failed ('' if it did not, or is not committed yet)."""
+    rows = archive.programs_with_scores(run_id, "search") if rows is None else rows
+    for row in rows:
+        if row["mutator"] == "seed" and row["status"] != Status.OK.value:
+            return f"{row['status']}: {(archive.evaluation(row['program_id'], 'search') or {}).get('error')}"
+    return ""
+
+
+def _split(kind: str) -> str:
+    return "search" if kind == "eval" else "heldout"
+
+
+def _job_id(kind: str, payload) -> str:
+    """A job's identity across requeues: the program and split it evaluates, or the mutation request."""
+    if kind == "mutate":
+        return f"mutate:island {payload.island}:seed {payload.seed}"
+    return f"{_split(kind)}:{payload.program_id}"

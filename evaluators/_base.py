@@ -56,6 +56,9 @@ class Domain(abc.ABC):
     name: ClassVar[str]
     entry_point: ClassVar[str] = "policy"
     config_model: ClassVar[type[BaseModel]]
+    # What each number of `Outcome.descriptors` measures, in order (MAP-Elites bins them; the
+    # config's bounds are checked against it). None: not declared, so not checked.
+    descriptor_names: ClassVar[tuple[str, ...] | None] = None
     # The run's secret randomness, set by `registry.get_domain`: every stream a score
     # depends on derives from it (never from a seed a candidate could know).
     secrets: RunSecrets

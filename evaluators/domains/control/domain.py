@@ -248,6 +248,7 @@ class Control(Domain):
     name = "control"
     entry_point = "act"
     config_model = ControlConfig
+    descriptor_names = ("episode length share", "action use")
 
     def __init__(self, config: ControlConfig):
         self.config = config

@@ -272,6 +272,7 @@ class Inventory(Domain):
 
     name = "inventory"
     config_model = InventoryConfig
+    descriptor_names = ("fill rate", "order CV")
 
     def __init__(self, config: InventoryConfig):
         self.config = config

@@ -111,6 +111,7 @@ class Milp(Domain):
 
     name = "milp"
     config_model = MilpConfig
+    descriptor_names = ("log node ratio to default", "chosen infeasibility x 2")
 
     def __init__(self, config: MilpConfig):
         self.config = config
