@@ -198,7 +198,7 @@ class Search:
             self.commit()
             self.archive.save_snapshot(self.run_id, self._snapshot())
             self.publish()
-        return "seed-failed" if self.seed_error else status
+        return "seed-failed" if self.seed_error else self.proposals.final_status(status, self._budget_left())
 
     seed_error = ""
 

@@ -214,8 +214,13 @@ class Proposals:
             llm_calls.record_calls(self.archive, self.rows, self.parts)
             self.rows, self.parts = [], {}
 
-    def idle(self) -> bool:
-        return not any(self.in_flight.values())
+    def final_status(self, status: str, evals_left: int) -> str:
+        """'llm-budget' when the run ended early because the LLM budget refused every island's source."""
+        if status == "completed" and evals_left > 0 and self.llm is not None:
+            cfg = self.llm
+            if any(not self.budget.allows(*self._estimate(m)) for m in cfg.models):
+                return "llm-budget"
+        return status
 
 
 def _money(cfg, tokens_in: int, tokens_out: int) -> float:

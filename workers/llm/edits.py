@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from evaluators.params import ProgramFormatError, read_params
+from workers.normal_form import normal_form
 
 UNPARSEABLE, DID_NOT_APPLY, INVALID_PROGRAM = "unparseable", "did_not_apply", "invalid_program"
 
@@ -94,12 +95,16 @@ def apply_edit(parent: str, edit: Edit) -> str:
 def _replace_once(code: str, search: str, replace: str, n: int) -> str:
     if not search.strip():
         raise EditError(DID_NOT_APPLY, f"SEARCH block {n} is empty")
-    if search in code:
-        return code.replace(search, replace, 1)
+    whole_lines = re.search(r"(?m)^" + re.escape(search) + r"(?=\n|\Z)", code)
+    if whole_lines:
+        return code[:whole_lines.start()] + replace + code[whole_lines.end():]
     lines, wanted = code.split("\n"), [s.strip() for s in search.split("\n")]
     for i in range(len(lines) - len(wanted) + 1):
         if [line.strip() for line in lines[i:i + len(wanted)]] == wanted:
             shift = _indent(lines[i]) - _indent(search.split("\n")[0])
+            first = next((r for r in replace.split("\n") if r.strip()), "")
+            if _indent(first) == _indent(lines[i]):  # the replacement is indented like the parent already
+                shift = 0
             new = [_shift(r, shift) for r in replace.split("\n")]
             return "\n".join(lines[:i] + new + lines[i + len(wanted):])
     first = next((s for s in wanted if s), "")
@@ -128,7 +133,7 @@ def _parses(code: str) -> bool:
 def check_child(child: str, parent: str, entry_point: str) -> None:
     """Raise EditError(INVALID_PROGRAM) unless the child is valid Python that keeps the contract:
     `entry_point` at the top level with the parent's positional arity, returning a value, and a
-    well-formed PARAMS; a child equal to the parent (after normalising) did not apply."""
+    well-formed PARAMS; a child with the parent's normal form did not apply."""
     try:
         tree = ast.parse(child)
     except SyntaxError as exc:
@@ -148,8 +153,9 @@ def check_child(child: str, parent: str, entry_point: str) -> None:
         read_params(child)
     except ProgramFormatError as exc:
         raise EditError(INVALID_PROGRAM, f"breaks the contract: {exc}") from None
-    if ast.dump(tree) == ast.dump(ast.parse(parent)):
-        raise EditError(DID_NOT_APPLY, "the edit leaves the program unchanged")
+    if normal_form(child) == normal_form(parent):
+        raise EditError(DID_NOT_APPLY, "the edit leaves the program unchanged (only layout, comments, "
+                                       "docstrings or PARAMS defaults differ, and tuning resets those)")
 
 
 def _function(tree: ast.Module, name: str) -> ast.FunctionDef | None:
