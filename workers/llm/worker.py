@@ -46,6 +46,7 @@ class CallRecord:
     latency_s: float
     attempts: int
     error: str = ""
+    estimated: bool = False  # the server sent no usage: tokens are characters / 4
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,8 @@ class LLMWorker:
         text = result.text
         return CallRecord(call_id, kind, status, tuple((part_id(t), t) for _, t in prompt.parts),
                           text[:self.max_reply_chars], len(text) > self.max_reply_chars,
-                          result.tokens_in, result.tokens_out, result.latency_s, result.attempts, error)
+                          result.tokens_in, result.tokens_out, result.latency_s, result.attempts, error,
+                          result.estimated_tokens)
 
     def ping(self) -> bool:
         return True
