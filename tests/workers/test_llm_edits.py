@@ -72,6 +72,11 @@ def test_full_rewrites_are_accepted(reply):
      ">>>>>>> REPLACE", INVALID_PROGRAM, "low 90.0 > high 80.0"),
     ("<<<<<<< SEARCH\ndef policy(state, params):\n=======\ndef act(state, params):\n>>>>>>> REPLACE",
      INVALID_PROGRAM, "no top-level def policy"),
+    ("<<<<<<< SEARCH\n    return np.maximum(params[\"level\"] - position, 0)\n=======\n"
+     "    return np.maximum(params[\"level\"] - position, params[\"floor\"])\n>>>>>>> REPLACE",
+     INVALID_PROGRAM, "reads params['floor'] but PARAMS does not declare them"),
+    ("```python\n" + PARENT + "\ndef test():\n    policy(None, None)\n\ntest()\n```", INVALID_PROGRAM,
+     "a call at the top level (line 14)"),
     ("<<<<<<< SEARCH\n    \"\"\"Base-stock.\"\"\"\n=======\n    # base stock\n>>>>>>> REPLACE", DID_NOT_APPLY,
      "unchanged"),
 ])

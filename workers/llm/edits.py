@@ -132,8 +132,9 @@ def _parses(code: str) -> bool:
 
 def check_child(child: str, parent: str, entry_point: str) -> None:
     """Raise EditError(INVALID_PROGRAM) unless the child is valid Python that keeps the contract:
-    `entry_point` at the top level with the parent's positional arity, returning a value, and a
-    well-formed PARAMS; a child with the parent's normal form did not apply."""
+    `entry_point` at the top level with the parent's positional arity, returning a value, reading
+    only the params that a well-formed PARAMS declares, and no call at the top level (it would run
+    at load); a child with the parent's normal form did not apply."""
     try:
         tree = ast.parse(child)
     except SyntaxError as exc:
@@ -150,12 +151,31 @@ def check_child(child: str, parent: str, entry_point: str) -> None:
     if not any(isinstance(node, ast.Return) and node.value is not None for node in ast.walk(func)):
         raise EditError(INVALID_PROGRAM, f"breaks the contract: {entry_point}() returns nothing")
     try:
-        read_params(child)
+        declared = read_params(child)
     except ProgramFormatError as exc:
         raise EditError(INVALID_PROGRAM, f"breaks the contract: {exc}") from None
+    undeclared = sorted(_params_read(func) - set(declared))
+    if undeclared:
+        raise EditError(INVALID_PROGRAM, f"breaks the contract: {entry_point}() reads params{undeclared} "
+                                         "but PARAMS does not declare them")
+    calls = [s.lineno for s in tree.body if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call)]
+    if calls:
+        raise EditError(INVALID_PROGRAM, f"breaks the contract: a call at the top level (line {calls[0]}) "
+                                         "would run when the program loads")
     if normal_form(child) == normal_form(parent):
         raise EditError(DID_NOT_APPLY, "the edit leaves the program unchanged (only layout, comments, "
                                        "docstrings or PARAMS defaults differ, and tuning resets those)")
+
+
+def _params_read(func: ast.FunctionDef) -> set[str]:
+    """Keys the function reads as `params["name"]` (its second positional argument)."""
+    args = func.args.posonlyargs + func.args.args
+    if len(args) < 2:
+        return set()
+    name = args[1].arg
+    return {node.slice.value for node in ast.walk(func)
+            if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == name
+            and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str)}
 
 
 def _function(tree: ast.Module, name: str) -> ast.FunctionDef | None:
