@@ -12,7 +12,7 @@ from rich.console import Console
 
 from controller import rundir
 from controller.cli import UserError
-from controller.config import load_config, validate
+from controller.config import apply_overrides, load_config, validate
 from controller.domain_commands import cmd_check, cmd_new_domain  # noqa: F401  (the CLI finds commands here)
 
 # Output to a file or a pipe (a log, a job's driver output) is not cut to 80 columns:
@@ -88,6 +88,11 @@ def cmd_resume(args) -> int:
         run_id, run = _latest_run(archive, run_dir, "resume")
         config = validate(run["config"])
         _refuse_failed_seed(archive, run_id)
+        if getattr(args, "set", None):  # e.g. a resume that adds or drops an LLM model
+            config = validate(apply_overrides(run["config"], list(args.set)))
+            archive.con.execute("UPDATE runs SET config = ? WHERE run_id = ?",
+                                [json.dumps(config.model_dump(mode="json")), run_id])
+            console.print(f"[bold]atoll[/] config changed for the rest of the run: {', '.join(args.set)}")
         archive.record_protections(run_id, _sandbox_protections(config))
         done = archive.count_evaluations(run_id, "search")
         console.print(f"[bold]atoll[/] resuming {run_id}: {done}/{config.run.max_evals} evaluations done")
@@ -148,6 +153,7 @@ def _search_and_report(config, archive, run_id, run_dir, args) -> int:
     if status == "seed-failed":
         raise UserError(f"the seed program failed ({search.seed_error}); nothing to evolve from")
     console.print(f"search {status}: {archive.count_evaluations(run_id, 'search')} evaluations")
+    _llm_summary(archive, run_id)
     if status != "interrupted" and not args.no_report:
         return _report(archive, run_id, search.domain, search.evaluators, run_dir,
                        lambda: new_evaluator(config, hide, secrets=secrets))
@@ -155,6 +161,12 @@ def _search_and_report(config, archive, run_id, run_dir, args) -> int:
         console.print(f"stopped; everything finished is committed. Continue with: atoll resume {run_dir}",
                       soft_wrap=True)
     return 130 if status == "interrupted" else 0
+
+
+def _llm_summary(archive, run_id) -> None:
+    from controller.llm_report import archive_fetch, print_summary
+
+    print_summary(console, archive_fetch(archive), run_id)
 
 
 def _report(archive, run_id, domain, evaluators, run_dir, new_evaluator) -> int:
@@ -212,10 +224,26 @@ def cmd_status(args) -> int:
     except UserError:  # an archive from before the sandbox's protections were stored
         cols, rows, note = _query(run_dir, sql.replace(", array_to_string(r.protections, ', ') AS sandbox", ""))
     _print_rows(cols, rows, note)
+    if rows:
+        _status_llm(run_dir, rows[-1][0])
     if not from_snapshot(note) and any(row[1] == "running" for row in rows):
         console.print("no driver holds this run: it stopped without ending (crash, kill or lost machine); "
                       f"everything committed is kept. Continue with: atoll resume {run_dir}", soft_wrap=True)
     return 0
+
+
+def _status_llm(run_dir: Path, run_id: str) -> None:
+    """The latest run's LLM and per-source tables (absent from archives made before schema 5)."""
+    from controller.llm_report import print_summary
+    from store.query import QueryError, run_query
+
+    def fetch(sql):
+        try:
+            cols, rows, _ = run_query(run_dir, sql)
+        except QueryError:
+            return [], []
+        return cols, rows
+    print_summary(console, fetch, run_id)
 
 
 def _query(run_dir: Path, sql: str):

@@ -16,6 +16,7 @@ from evaluators.registry import DomainConfig, DomainLoadError
 from evaluators.sandbox.config import SandboxConfig
 from islands.config import IslandsConfig
 from workers.config import EmbeddedMutatorConfig
+from workers.llm.config import LLMConfig
 
 
 class ConfigError(Exception):
@@ -39,9 +40,12 @@ class RunConfig(_Strict):
 class MutatorConfig(_Strict):
     """Which mutation backend proposes children."""
 
-    kind: Literal["embedded"] = Field("embedded", description="Mutation backend; 'embedded' needs no model.")
+    kind: Literal["embedded"] = Field("embedded", description="Mutation backend; 'embedded' needs no model "
+                                      "(LLM models mix in through [mutator.llm]).")
     workers: int = Field(1, ge=1, le=64, description="Mutation actors.")
     embedded: EmbeddedMutatorConfig = Field(default_factory=EmbeddedMutatorConfig, description="Embedded mutator settings.")
+    llm: LLMConfig | None = Field(None, description="LLM models mixed with the embedded mutator per island "
+                                                   "(see workers/llm/config.py); none by default.")
 
 
 class EvaluatorConfig(_Strict):

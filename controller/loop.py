@@ -19,12 +19,14 @@ from ray.exceptions import RayActorError, RayTaskError
 
 from controller import faults
 from controller.actors import evaluator_count, new_evaluator, new_mutator
+from controller.dedup import Dedup
 from controller.progress import Progress
+from controller.proposals import Proposals
 from evaluators.params import write_params
 from evaluators.registry import get_domain
 from islands.archipelago import Archipelago
 from islands.population import Member
-from store.records import Candidate, EvalResult, MutationRequest, Status, code_hash
+from store.records import Candidate, EvalResult, MutationRequest, Status
 
 
 def new_id() -> str:
@@ -52,6 +54,8 @@ class Search:
         self.deaths = faults.Deaths(config.controller.actor_death_retries)
         self.disk_full = False
         self._rebuild()
+        self.dedup = Dedup(self.known, self.codes.values())
+        self.proposals = Proposals(config, archive, run_id, self.domain, self.dedup)
 
     def _rebuild(self) -> None:
         rows = self.archive.programs_with_scores(self.run_id, "search")
@@ -91,6 +95,7 @@ class Search:
         self.load = {i: 0 for i in range(n)}
         self.mutators = [self._new_mutator() for _ in range(c.mutator.workers)]
         self._next_mutator = 0
+        self.proposals.start()
 
     def _new_evaluator(self):
         return new_evaluator(self.config, self.hide, secrets=self.secrets)
@@ -104,15 +109,31 @@ class Search:
         ref = self.evaluators[i].evaluate.remote(candidate.program_id, candidate.code, split)
         self.pending[ref] = ("eval" if split == "search" else "heldout", candidate, i)
 
-    def _submit_mutation(self) -> None:
-        island = self.islands.pick_island()
+    def _submit_mutation(self) -> bool:
+        """One request to a source with room (embedded, or an LLM by the island's weights); False if none has."""
+        embedded_room = self.in_flight("eval") + self.in_flight("mutate") < self._capacity()
+        evals_full = self.in_flight("eval") >= self._capacity()
+        if not self.proposals.any_room(embedded_room, evals_full):
+            return False
+        for _ in range(len(self.islands.islands)):
+            island = self.islands.pick_island()
+            source = self.proposals.choose(island, embedded_room, evals_full)
+            if source is not None:
+                break
+        else:
+            return False
         parent, inspirations = self.islands.next_parent(island)
         request = MutationRequest(
             run_id=self.run_id, island=island, generation=self.islands.islands[island].generation + 1,
             parent_id=parent.program_id, parent_code=parent.code,
             inspirations=tuple((m.program_id, m.code) for m in inspirations),
             operator_weights=tuple(self._operator_weights()), seed=int(self.islands.rng.integers(2**31)))
+        if source != "embedded":
+            ref, job = self.proposals.submit(source, request, self.scores, self.codes)
+            self.pending[ref] = ("llm", job, None)
+            return True
         self._send_mutation(request)
+        return True
 
     def _send_mutation(self, request: MutationRequest) -> None:
         i = self._next_mutator % len(self.mutators)
@@ -133,7 +154,7 @@ class Search:
         return len(self.evaluators) * self.config.controller.in_flight_per_actor
 
     def _budget_left(self) -> int:
-        busy = self.in_flight("eval") + self.in_flight("mutate") + len(self.results)
+        busy = self.in_flight("eval") + self.in_flight("mutate") + self.in_flight("llm") + len(self.results)
         return self.config.run.max_evals - self.done - busy
 
     def _fill(self, searching: bool) -> None:
@@ -144,8 +165,8 @@ class Search:
             return
         if self.islands.best() is None:
             return
-        while self._budget_left() > 0 and self.in_flight("eval") + self.in_flight("mutate") < self._capacity():
-            self._submit_mutation()
+        while self._budget_left() > 0 and self._submit_mutation():
+            pass
 
     def run(self) -> str:
         """Search until the budget is spent; returns the run's final status.
@@ -197,7 +218,7 @@ class Search:
                 self.commit()
                 self.archive.save_snapshot(self.run_id, self._snapshot())
                 self.publish()
-        return "seed-failed" if self.seed_error else status
+        return "seed-failed" if self.seed_error else self.proposals.final_status(status, self._budget_left())
 
     def _cancel_all(self) -> None:
         """Drop in-flight work; it was never committed, so a resume redoes it."""
@@ -209,7 +230,10 @@ class Search:
         self.pending.clear()
 
     # --- results ------------------------------------------------------------
-    def _handle(self, ref, kind: str, payload, actor: int) -> None:
+    def _handle(self, ref, kind: str, payload, actor: int | None) -> None:
+        if kind == "llm":
+            del self.pending[ref]
+            return self._on_llm(ref, payload)
         try:
             value = self._value(ref, kind, payload)
         except RayActorError as exc:
@@ -276,10 +300,11 @@ class Search:
         if isinstance(proposal, str):
             self.events.append(("mutation-failed", {"island": request.island, "reason": proposal}))
             return
-        if code_hash(proposal.code) in self.known:
-            self.events.append(("duplicate", {"island": request.island, "operator": proposal.operator}))
+        why = self.dedup.check(proposal.code)
+        if why:
+            self.events.append(("duplicate", {"island": request.island, "operator": proposal.operator, "by": why}))
             return
-        self.known.add(code_hash(proposal.code))
+        self.dedup.add(proposal.code)
         self._submit_eval(Candidate(new_id(), self.run_id, request.island, request.generation,
                                     (request.parent_id,),
                                     proposal.code, proposal.operator, time.time()))
@@ -289,7 +314,8 @@ class Search:
             proposed = candidate.code_hash  # kept, so a resume still knows this text was tried
             candidate = dataclasses.replace(candidate, code=write_params(candidate.code, result.tuned_params))
             result = dataclasses.replace(result, metrics={**result.metrics, "proposed_hash": proposed})
-            self.known.add(candidate.code_hash)
+            self.dedup.add(candidate.code)
+        self.proposals.on_evaluated(candidate, result, self._parent_score(candidate))
         self.results.append((candidate, result))
         self.codes[candidate.program_id] = candidate.code
         self.scores[candidate.program_id] = result.score
@@ -303,6 +329,20 @@ class Search:
             self.failures += 1
         for event in self.islands.on_generation(candidate.island):
             self.events.append(("islands", {"island": candidate.island, "what": event}))
+
+    def _on_llm(self, ref, job) -> None:
+        """An LLM job's outcome: a candidate to evaluate, an INVALID one (never evaluated), or nothing."""
+        for action in self.proposals.on_outcome(ref, job):
+            if action[0] == "eval":
+                self._submit_eval(action[1])
+            else:
+                self._on_eval(action[1], action[2])
+        self.events.extend(self.proposals.events)
+        self.proposals.events.clear()
+
+    def _parent_score(self, candidate: Candidate) -> float | None:
+        known = [self.scores.get(p) for p in candidate.parent_ids]
+        return max((score for score in known if score is not None), default=None)
 
     def _on_seed(self, candidate: Candidate, result: EvalResult) -> None:
         if result.status != Status.OK:
@@ -344,6 +384,7 @@ class Search:
         if self.heldout:  # their programs were committed above or earlier
             self.archive.record_evaluations(self.heldout, self.run_id)
             self.heldout = []
+        self.proposals.commit()
         if self.events:
             self.archive.log_events(self.run_id, self.events)
             self.events = []

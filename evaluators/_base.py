@@ -121,6 +121,17 @@ class Domain(abc.ABC):
         Labels are "evolved best" and "baseline: NAME".
         """
 
+    # -- for LLM prompts (workers/llm): what the model must know to write a program ----------
+    def description(self) -> str:
+        """A few sentences on the task and its score, shown in every LLM prompt."""
+        return " ".join((type(self).__doc__ or f"The {self.name} domain.").split())
+
+    def contract(self) -> str:
+        """What a program must define, receive and return; shown in every LLM prompt."""
+        return (f"Define {self.entry_point}(state, params) at the top level; it receives batches as numpy "
+                "arrays and `params` as one array per PARAMS entry, and returns numeric actions. "
+                "No file, network or process access.")
+
 
 def check_split(split: str) -> str:
     if split not in SPLITS:

@@ -246,3 +246,17 @@ class Trading(Domain):
 
     def heldout_table(self, results: dict[str, EvalResult], reference: dict):
         return trading_report.table(results, reference, self.config)
+
+    # -- for LLM prompts ----------------------------------------------------------------------
+
+    def description(self) -> str:
+        return ("Daily trading rules: at each bar the policy sets a position in [-1, 1] per asset from past closes "
+                "only; it fills at the next close, and turnover pays costs. The score is the annualized Sharpe "
+                "ratio of the equal-weight book's walk-forward out-of-sample returns (PARAMS are tuned on each "
+                "fold's tuning years). Rules that never trade score 0.")
+
+    def contract(self) -> str:
+        return ("Define policy(state, params) -> positions. state['close'] is a float32 array (rows, lookback) of "
+                "closes up to the decision bar, divided by that bar's close (the last column is 1); "
+                "state['position'] is each row's previous position. params[name] is a (rows,) array per PARAMS "
+                "entry. Return one finite position in [-1, 1] per row (or a scalar). Use numpy only.")
