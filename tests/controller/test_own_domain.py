@@ -75,7 +75,7 @@ def test_check_says_what_to_fix_when_the_data_ignores_the_secrets(tmp_path):
     check = atoll("check", "pricing/pricing.toml", *SMALL_DOMAIN, cwd=tmp_path, check=False)
     assert check.returncode == 1 and FAILED_CHECK.search(check.stdout)
     text = " ".join(check.stdout.split())
-    assert "the seed program scores the same on search and heldout" in text
+    assert "the seed program scores the same on search and validation" in text
     assert "the same per-instance scores under other secrets" in text and "fix the 2 that failed" in text
 
 
