@@ -50,11 +50,12 @@ def _run_dir_for(config: AtollConfig, given: str | None) -> Path:
 
 def cmd_run(args) -> int:
     from store.duckdb_archive import DuckDBArchive
+    from store.live import LiveReads
 
     overrides = list(args.set) + ([f"run.max_evals={args.max_evals}"] if args.max_evals else [])
     config, text = load_config(args.config, overrides)
     run_dir = _run_dir_for(config, args.run_dir)
-    with DuckDBArchive(run_dir / ARCHIVE) as archive:
+    with DuckDBArchive(run_dir / ARCHIVE) as archive, LiveReads(archive, run_dir):  # `atoll query` asks it
         run_id = run_dir.resolve().name + "-" + time.strftime("%H%M%S")
         archive.create_run(run_id, config.model_dump(mode="json"), text)
         console.print(f"[bold]atoll[/] run {run_id} in {run_dir} (resume with: atoll resume {run_dir})",
@@ -63,8 +64,10 @@ def cmd_run(args) -> int:
 
 
 def cmd_resume(args) -> int:
+    from store.live import LiveReads
+
     run_dir = Path(args.run_dir)
-    with _archive(run_dir) as archive:
+    with _archive(run_dir) as archive, LiveReads(archive, run_dir):
         run_id, run = _latest_run(archive, run_dir, "resume")
         config = validate(run["config"])
         done = archive.count_evaluations(run_id, "search")
@@ -110,9 +113,10 @@ def _report(archive, run_id, domain, evaluators, run_dir) -> int:
 def cmd_report(args) -> int:
     from controller.actors import connect, evaluator_count, new_evaluator
     from evaluators.registry import get_domain
+    from store.live import LiveReads
 
     run_dir = Path(args.run_dir)
-    with _archive(run_dir) as archive:
+    with _archive(run_dir) as archive, LiveReads(archive, run_dir):
         run_id, run = _latest_run(archive, run_dir, "report on")
         if run["status"] == "running":
             raise UserError(f"{run_dir}: the run is marked running (live, or stopped without ending); "
@@ -132,7 +136,7 @@ def _stop_cleanly(signum, frame):
 
 
 def cmd_status(args) -> int:
-    from store.query import from_snapshot
+    from store.query import is_live
 
     run_dir = Path(args.run_dir)
     sql = ("SELECT r.run_id, r.status, r.started_at, r.ended_at, "
@@ -141,7 +145,7 @@ def cmd_status(args) -> int:
            "AND status = 'OK') AS best FROM runs r ORDER BY started_at")
     cols, rows, note = _query(run_dir, sql)
     _print_rows(cols, rows, note)
-    if not from_snapshot(note) and any(row[1] == "running" for row in rows):
+    if not is_live(note) and any(row[1] == "running" for row in rows):
         console.print("no driver holds this run: it stopped without ending (crash, kill or lost machine); "
                       f"everything committed is kept. Continue with: atoll resume {run_dir}", soft_wrap=True)
     return 0

@@ -13,15 +13,14 @@ import time
 import uuid
 from collections import defaultdict
 
-import msgpack
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
 from controller.actors import MutatorActor, evaluator_count, new_evaluator
 from controller.progress import Progress
+from controller.resume import islands_snapshot, load_islands
 from evaluators.params import write_params
 from evaluators.registry import get_domain
-from islands.archipelago import Archipelago
 from islands.population import Member
 from store.records import Candidate, EvalResult, MutationRequest, Status, code_hash
 
@@ -42,41 +41,15 @@ class Search:
         self.events: list = []
         self.stats = defaultdict(lambda: [0, 0])
         self.stats.update({k: list(v) for k, v in archive.operator_stats(run_id).items()})
-        self.known = archive.known_hashes(run_id)
+        self.known = archive.known_hashes(run_id)  # compact: 8 bytes a program
         self.done = archive.count_evaluations(run_id, "search")
         self.failures = 0
-        self.best_score = None
+        self.parent_scores: dict[str, float | None] = {}  # in-flight candidate -> its parent's score
         self.hide = hide
-        self._rebuild()
-
-    def _rebuild(self) -> None:
-        rows = self.archive.programs_with_scores(self.run_id, "search")
-        self.codes = {r["program_id"]: r["code"] for r in rows}
-        self.scores = {r["program_id"]: r["score"] for r in rows}
-        seeds = [r for r in rows if r["mutator"] == "seed"]
-        others = [r for r in rows if r["mutator"] != "seed"]
-        fanned = [dict(s, island=i) for s in seeds for i in range(self.config.islands.count)]
-        self.islands = self._restore(len(rows)) or Archipelago.rebuild(
-            self.config.islands, self.config.run.seed + len(rows), fanned + others)
+        # the islands hold their members' code; nothing else keeps a program's code or score
+        self.islands = load_islands(archive, run_id, config, self.done).islands
         best = self.islands.best()
         self.best_score = best.score if best else None
-
-    def _restore(self, rows: int) -> Archipelago | None:
-        """The exact islands (generator included) of a clean stop, if nothing was committed since."""
-        blob = self.archive.load_snapshot(self.run_id)
-        if not blob:
-            return None
-        try:
-            saved = msgpack.unpackb(blob)
-            if saved.get("rows") != rows:
-                return None  # a crash after the snapshot: replay the archive instead
-            return Archipelago.from_msgpack(saved["islands"], self.config.islands)
-        except (ValueError, KeyError, TypeError, msgpack.UnpackException):
-            return None
-
-    def _snapshot(self) -> bytes:
-        rows = self.archive.count_evaluations(self.run_id, "search")
-        return msgpack.packb({"rows": rows, "islands": self.islands.to_msgpack()})
 
     # --- actors -------------------------------------------------------------
     def _start_actors(self) -> None:
@@ -104,7 +77,8 @@ class Search:
             run_id=self.run_id, island=island, generation=self.islands.islands[island].generation + 1,
             parent_id=parent.program_id, parent_code=parent.code,
             inspirations=tuple((m.program_id, m.code) for m in inspirations),
-            operator_weights=tuple(self._operator_weights()), seed=int(self.islands.rng.integers(2**31)))
+            operator_weights=tuple(self._operator_weights()), seed=int(self.islands.rng.integers(2**31)),
+            parent_score=parent.score)
         actor = self.mutators[self._next_mutator % len(self.mutators)]
         self._next_mutator += 1
         self.pending[actor.propose.remote(request)] = ("mutate", request, None)
@@ -129,7 +103,7 @@ class Search:
     def _fill(self, searching: bool) -> None:
         if not searching:
             return
-        if not self.codes and not self.pending and not self.results:
+        if self.done == 0 and not self.pending and not self.results:
             self._submit_eval(Candidate(new_id(), self.run_id, 0, 0, (), self.domain.seed_program, "seed", time.time()))
             return
         if self.islands.best() is None:
@@ -174,8 +148,6 @@ class Search:
             status = "interrupted"
             self._cancel_all()
         finally:
-            self.commit()
-            self.archive.save_snapshot(self.run_id, self._snapshot())
             self.publish()
         return "seed-failed" if self.seed_error else status
 
@@ -217,9 +189,10 @@ class Search:
             self.events.append(("duplicate", {"island": request.island, "operator": proposal.operator}))
             return
         self.known.add(code_hash(proposal.code))
-        self._submit_eval(Candidate(new_id(), self.run_id, request.island, request.generation,
-                                    (request.parent_id,),
-                                    proposal.code, proposal.operator, time.time()))
+        candidate = Candidate(new_id(), self.run_id, request.island, request.generation, (request.parent_id,),
+                              proposal.code, proposal.operator, time.time())
+        self.parent_scores[candidate.program_id] = request.parent_score
+        self._submit_eval(candidate)
 
     def _on_eval(self, candidate: Candidate, result: EvalResult) -> None:
         if result.status == Status.OK and result.tuned_params:
@@ -228,8 +201,6 @@ class Search:
             result = dataclasses.replace(result, metrics={**result.metrics, "proposed_hash": proposed})
             self.known.add(candidate.code_hash)
         self.results.append((candidate, result))
-        self.codes[candidate.program_id] = candidate.code
-        self.scores[candidate.program_id] = result.score
         self._count_operator(candidate, result)
         if candidate.mutator == "seed":
             self._on_seed(candidate, result)
@@ -264,26 +235,21 @@ class Search:
             return
         stat = self.stats[candidate.mutator]
         stat[0] += 1
-        known = [self.scores.get(p) for p in candidate.parent_ids]
-        parent = max((score for score in known if score is not None), default=float("-inf"))
-        stat[1] += int(result.status == Status.OK and result.score > parent)
+        parent = self.parent_scores.pop(candidate.program_id, None)
+        stat[1] += int(result.status == Status.OK and (parent is None or result.score > parent))
 
     def _on_heldout(self, candidate: Candidate, result: EvalResult) -> None:
         self.heldout.append(result)
 
     # --- persistence --------------------------------------------------------
     def commit(self) -> None:
-        """One transaction per batch: programs, evaluations, lineage, events."""
-        if self.results:
-            self.archive.record(self.results)
-            self.done += sum(1 for _, r in self.results if r.split == "search")
-            self.results = []
-        if self.heldout:  # their programs were committed above or earlier
-            self.archive.record_evaluations(self.heldout, self.run_id)
-            self.heldout = []
-        if self.events:
-            self.archive.log_events(self.run_id, self.events)
-            self.events = []
+        """One transaction: programs, lineage, evaluations, held-out scores, events."""
+        # held-out scores are of programs committed earlier or in this same batch
+        self.archive.write(self.run_id, pairs=self.results, evaluations=self.heldout, events=self.events)
+        self.done += sum(1 for _, r in self.results if r.split == "search")
+        self.results, self.heldout, self.events = [], [], []
 
     def publish(self) -> None:
-        self.archive.publish_snapshot(self.run_dir / "archive.snapshot.duckdb")
+        """Commit, then snapshot the islands, so a resume replays only what follows."""
+        self.commit()
+        self.archive.save_snapshot(self.run_id, islands_snapshot(self.islands, self.archive.last_seq()))
