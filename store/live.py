@@ -208,11 +208,21 @@ def ask(run_dir: str | Path, sql: str) -> tuple[list[str], list[tuple], str]:
     return list(header["columns"]), _rows(table), note
 
 
+_converter: list = []  # one in-memory DuckDB per process, made on first use
+_converter_lock = threading.Lock()
+
+
 def _rows(table: pa.Table) -> list[tuple]:
     """Python values exactly as DuckDB's own fetchall gives them (the Arrow is lossless)."""
     plain = table.rename_columns([f"c{i}" for i in range(table.num_columns)])
-    with duckdb.connect() as con:
-        return con.from_arrow(plain).fetchall()
+    with _converter_lock:
+        if not _converter:
+            _converter.append(duckdb.connect())
+        cursor = _converter[0].cursor()
+    try:
+        return cursor.from_arrow(plain).fetchall()
+    finally:
+        cursor.close()
 
 
 def ask_waiting(run_dir: str | Path, sql: str, wait_s: float = 3.0):

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from store.hash_index import HashIndex, id_hash
 from store.records import Candidate, EvalResult, Status
@@ -29,14 +30,6 @@ from store.records import Candidate, EvalResult, Status
 FOLD_EVERY = 10_000  # programs between folds of mutator_success's tail into its totals
 _FLOATS = pa.list_(pa.float64())
 _NAN = float("nan")
-
-
-def to_json(value) -> str:
-    """JSON text; non-finite floats become null (they are not JSON), in a second pass only when present."""
-    try:
-        return json.dumps(value, default=_jsonable, allow_nan=False)
-    except (ValueError, TypeError):
-        return json.dumps(_clean(value), default=_jsonable, allow_nan=False)
 
 
 def _jsonable(value):
@@ -60,12 +53,28 @@ def _clean(obj):
     return obj
 
 
+_ENCODER = json.JSONEncoder(default=_jsonable, allow_nan=False)
+
+
+def to_json(value) -> str:
+    """JSON text; non-finite floats become null (they are not JSON), in a second pass only when present."""
+    try:
+        return _ENCODER.encode(value)
+    except (ValueError, TypeError):
+        return _ENCODER.encode(_clean(value))
+
+
 def _finite(value) -> float | None:
     return float(value) if value is not None and math.isfinite(float(value)) else None
 
 
-def _finites(values) -> list[float | None]:
-    return [_finite(v) for v in values]
+def _finite_lists(values: list) -> pa.Array:
+    """Lists of floats as an Arrow column, non-finite values as nulls (vectorised)."""
+    array = pa.array(values, _FLOATS)
+    finite = pc.is_finite(array.values)
+    if pc.all(finite).as_py() is False:
+        array = pa.ListArray.from_arrays(array.offsets, pc.if_else(finite, array.values, None))
+    return array
 
 
 @dataclass
@@ -75,6 +84,7 @@ class _Batch:
     fresh: dict[str, Candidate]  # program id -> candidate, first one wins
     evaluations: dict[tuple[str, str], tuple[EvalResult, str]]  # (program id, split) -> (result, run id)
     stored: dict[str, int] = field(default_factory=dict)  # stored program id -> its seq
+    hashes: dict[str, int] = field(default_factory=dict)  # program id -> id_hash, for every id of the batch
 
 
 class Writer:
@@ -117,21 +127,21 @@ class Writer:
             candidates.setdefault(candidate.program_id, candidate)
         items = [(r, c.run_id) for c, r in pairs] + list(evaluations)
         by_key = {(r.program_id, r.split): (r, run) for r, run in items}
-        ids = list(dict.fromkeys([*candidates, *(pid for pid, _ in by_key)]))
-        stored = self._stored(ids)
+        hashes = {pid: id_hash(pid) for pid in [*candidates, *(pid for pid, _ in by_key)]}
+        stored = self._stored(hashes)
         unknown = [pid for pid, _ in by_key if pid not in stored and pid not in candidates]
         if unknown:
             raise ValueError(f"evaluations of programs that are not in the archive: {', '.join(unknown[:5])}")
         fresh = {pid: c for pid, c in candidates.items() if pid not in stored}
-        return _Batch(fresh, by_key, stored)
+        return _Batch(fresh, by_key, stored, hashes)
 
-    def _stored(self, ids: list[str]) -> dict[str, int]:
-        """The ids among `ids` that are stored, with their seq (a hash hit is checked in the table)."""
-        hits = [pid for pid, found in zip(ids, self.index.get_many([id_hash(p) for p in ids])) if found]
+    def _stored(self, hashes: dict[str, int]) -> dict[str, int]:
+        """The ids among `hashes` that are stored, with their seq (a hash hit is checked in the table)."""
+        hits = [pid for pid, found in zip(hashes, self.index.get_many(list(hashes.values()))) if found]
         if not hits:
             return {}
         rows = self.con.execute("SELECT program_id, seq FROM programs WHERE id_hash IN (SELECT unnest(?)) "
-                                "AND program_id IN (SELECT unnest(?))", [[id_hash(p) for p in hits], hits]).fetchall()
+                                "AND program_id IN (SELECT unnest(?))", [[hashes[p] for p in hits], hits]).fetchall()
         return dict(rows)
 
     # --- new programs ---------------------------------------------------------------
@@ -140,9 +150,9 @@ class Writer:
         seqs = {c.program_id: self.next_seq + i for i, c in enumerate(fresh)}
         search = [batch.evaluations.get((c.program_id, "search"), (None, None))[0] for c in fresh]
         scores = [_finite(r.score) if r is not None and r.status == Status.OK else None for r in search]
-        parents = self._parents(fresh, seqs, scores)
+        parents = self._parents(fresh, seqs, scores, batch.hashes)
         bests, island_best = self._running_bests(fresh, scores)
-        hashes = [id_hash(c.program_id) for c in fresh]
+        hashes = [batch.hashes[c.program_id] for c in fresh]
         self._insert("programs", pa.table({
             "program_id": [c.program_id for c in fresh], "run_id": [c.run_id for c in fresh],
             "island": pa.array([c.island for c in fresh], pa.int32()),
@@ -172,10 +182,11 @@ class Writer:
             self.next_seq += len(fresh)
         return apply
 
-    def _parents(self, fresh: list[Candidate], seqs: dict[str, int], scores: list[float | None]):
+    def _parents(self, fresh: list[Candidate], seqs: dict[str, int], scores: list[float | None],
+                 hashes: dict[str, int]):
         """Per new program: (best OK search score of its parents, [(parent id, parent seq or None)])."""
         ids = list(dict.fromkeys(p for c in fresh for p in c.parent_ids))
-        known = dict(zip(ids, self.index.get_many([id_hash(p) for p in ids])))
+        known = dict(zip(ids, self.index.get_many([hashes.get(p) or id_hash(p) for p in ids])))
         local = dict(zip(seqs, scores))
         out = []
         for c in fresh:
@@ -218,8 +229,8 @@ class Writer:
             "split": [r.split for r, _ in items], "status": [_status(r) for r, _ in items],
             "score": pa.array([_finite(r.score) for r, _ in items], pa.float64()),
             "metrics": [to_json(r.metrics) for r, _ in items],
-            "instance_scores": pa.array([_finites(r.instance_scores) for r, _ in items], _FLOATS),
-            "descriptors": pa.array([_finites(r.descriptors) for r, _ in items], _FLOATS),
+            "instance_scores": _finite_lists([r.instance_scores for r, _ in items]),
+            "descriptors": _finite_lists([r.descriptors for r, _ in items]),
             "error": pa.array([r.error for r, _ in items], pa.string()),
             "duration_s": pa.array([float(r.duration_s) for r, _ in items], pa.float64()),
             "created_at": [now] * len(items)}))
@@ -303,4 +314,5 @@ class Writer:
 
 def _status(result: EvalResult) -> str:
     """The status as stored; a value that is no Status is a caller's bug."""
-    return Status(result.status).value
+    status = result.status
+    return status.value if type(status) is Status else Status(status).value
