@@ -60,18 +60,21 @@ def policy(state, params):
     order = np.minimum(order, params["cap"] + C2 * state["lead_time"])
     return np.where(position < C3 * level, order + C4, order)
 '''
-CONSTANT = re.compile(r"^(C\d+) = .*$", re.MULTILINE)
+
+
+CONSTANTS = 24  # --code-constants: 24 make a policy of about 1.5 KB
 
 
 def seed_code(rng) -> str:
     head = 'import numpy as np\n\nPARAMS = {"level": (15.0, 0.0, 80.0), "cap": (8.0, 0.0, 20.0)}\n\n'
-    consts = "".join(f"C{i} = {rng.normal():.6f}  # tuned by the search; see the run's lineage\n" for i in range(24))
+    consts = "".join(f"C{i} = {rng.normal():.6f}  # tuned by the search; see the run's lineage\n"
+                     for i in range(CONSTANTS))
     return head + consts + BODY
 
 
 def child_code(code: str, rng) -> str:
     """One constant changed: what an embedded mutation does to a policy's text."""
-    k = int(rng.integers(24))
+    k = int(rng.integers(CONSTANTS))
     return re.sub(rf"^C{k} = [^ ]*", f"C{k} = {rng.normal():.6f}", code, count=1, flags=re.MULTILINE)
 
 
@@ -99,7 +102,7 @@ class Fill:
         self.islands = Archipelago(config.islands, 0)
         self.depth: dict[str, int] = {}
         self.deep: str | None = None  # the first program 1,000 parents from the seed
-        self.write_s = self.rows = self.programs = 0
+        self.write_s = self.write_cpu = self.rows = self.programs = 0
         self.snapshot_s, self.snapshots = 0.0, 0
 
     def seed(self) -> None:
@@ -136,9 +139,10 @@ class Fill:
                 self.snapshots += 1
 
     def _write(self, pairs) -> None:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         self.archive.write(RUN, pairs=pairs)
         self.write_s += time.perf_counter() - start
+        self.write_cpu += time.process_time() - cpu
         self.programs += len(pairs)
         self.rows += 2 * len(pairs) + sum(len(c.parent_ids) for c, _ in pairs)
 
@@ -212,39 +216,45 @@ class _Handle:
             return object()
 
 
-def drive(search, n: int, commit_every: int, snapshot_every: int, rng) -> dict[str, float]:
-    """The driver's own work for `n` results, by part, in microseconds per candidate."""
+def drive(search, n: int, commit_every: int, snapshot_every: int, rng, depth: dict) -> dict[str, tuple]:
+    """The driver's own work for `n` results, by part: (wall, CPU) microseconds per candidate."""
     submitted = []
     search._submit_eval = lambda candidate, split="search": submitted.append((candidate, split))
     search.mutators, search._next_mutator = [_Handle()], 0
-    parts = dict.fromkeys(("parent + request", "dedup + candidate", "islands update", "commit", "islands snapshot"), 0.0)
+    names = ("parent + request", "dedup + candidate", "islands update", "commit", "islands snapshot")
+    wall, cpu = np.zeros(5), np.zeros(5)
+
+    def clock():
+        return np.array([time.perf_counter(), time.process_time()])
     for i in range(n):
-        t0 = time.perf_counter()
+        t0 = clock()
         search._submit_mutation()
         _, (_, request, _) = search.pending.popitem()
-        t1 = time.perf_counter()
+        t1 = clock()
         proposal = Proposal(child_code(request.parent_code, rng), "embedded:perturb_const")
-        t2 = time.perf_counter()
+        t2 = clock()
         search._on_mutate(request, proposal)
-        t3 = time.perf_counter()
+        t3 = clock()
         candidate = next((c for c, split in reversed(submitted) if split == "search"), None)
         submitted.clear()
         if candidate is None:  # a duplicate: dropped
             continue
+        depth[candidate.program_id] = depth.get(request.parent_id, -10**9) + 1
         result = result_for(candidate.program_id, request.parent_score, rng)
-        t4 = time.perf_counter()
+        t4 = clock()
         search._on_eval(candidate, result)
-        t5 = time.perf_counter()
+        t5 = clock()
         if (i + 1) % commit_every == 0:
             search.commit()
-        t6 = time.perf_counter()
+        t6 = clock()
         if (i + 1) % snapshot_every == 0:
             search.publish()
-        t7 = time.perf_counter()
-        for key, seconds in zip(parts, (t1 - t0, t3 - t2, t5 - t4, t6 - t5, t7 - t6)):
-            parts[key] += seconds
+        t7 = clock()
+        spans = np.array([t1 - t0, t3 - t2, t5 - t4, t6 - t5, t7 - t6])
+        wall += spans[:, 0]
+        cpu += spans[:, 1]
     search.publish()
-    return {key: seconds / n * 1e6 for key, seconds in parts.items()}
+    return {name: (w / n * 1e6, c / n * 1e6) for name, w, c in zip(names, wall, cpu)}
 
 
 def main() -> None:
@@ -257,40 +267,46 @@ def main() -> None:
     parser.add_argument("--driver-candidates", type=int, default=2000, help="results the real Search handles")
     parser.add_argument("--driver-batch", type=int, default=10, help="results per driver commit")
     parser.add_argument("--driver-snapshot", type=int, default=30, help="results between driver snapshots")
+    parser.add_argument("--code-constants", type=int, default=CONSTANTS,
+                        help="constant lines per program (24: about 1.5 KB of code; at least 5)")
     parser.add_argument("--dir", help="where the archive goes (default: a temporary directory, removed)")
     args = parser.parse_args()
+    globals()["CONSTANTS"] = max(5, args.code_constants)
     at = sorted(set(args.at or [args.programs // 100, args.programs // 10, args.programs]))
     config = validate({"domain": {"name": "inventory"}, "run": {"seed": 0, "max_evals": 10**9},
                        "islands": {"count": args.islands}})
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         run_dir = Path(tmp)
-        print(f"archive scale: {args.programs:,} programs in batches of {args.batch:,}, {args.islands} islands; "
-              f"{load()}")
+        print(f"archive scale: {args.programs:,} programs in batches of {args.batch:,}, {args.islands} islands, "
+              f"{len(seed_code(rng)):,} B of code a program; {load()}")
         archive = DuckDBArchive(run_dir / "archive.duckdb")
         archive.create_run(RUN, config.model_dump(mode="json"))
         fill = Fill(archive, config, rng)
         fill.seed()
-        last = (0, 0.0)
+        last = (0, 0.0, 0.0)
         for n in at:
             with LiveReads(archive, run_dir):
                 fill.until(n, args.batch, args.snapshot_every)
                 print(f"\nat {fill.programs:,} programs; {load()}")
-                rows, seconds = fill.rows - last[0], fill.write_s - last[1]
-                print(f"  ingest: {rows / seconds:,.0f} rows/s since the last report, {fill.rows / fill.write_s:,.0f} "
-                      f"rows/s in all ({fill.programs / fill.write_s:,.0f} programs/s); islands snapshots "
+                rows, seconds, cpu = fill.rows - last[0], fill.write_s - last[1], fill.write_cpu - last[2]
+                print(f"  ingest: {rows / seconds:,.0f} rows/s since the last report ({rows / cpu:,.0f} rows per "
+                      f"CPU-second of this process), {fill.rows / fill.write_s:,.0f} rows/s in all "
+                      f"({fill.programs / fill.write_s:,.0f} programs/s); islands snapshots "
                       f"{fill.snapshot_s / max(fill.snapshots, 1) * 1e3:.1f} ms each")
-                last = (fill.rows, fill.write_s)
+                last = (fill.rows, fill.write_s, fill.write_cpu)
                 print("  queries, in process, median of 5:")
                 report_queries(archive, run_dir, fill.deep)
                 report_copy(archive, run_dir)
             archive.close()
             print("  resume (the archive reopened):")
             archive, search = resume(run_dir / "archive.duckdb", config)
-            print(f"  driver per candidate over {args.driver_candidates:,} results, microseconds:")
+            print(f"  driver per candidate over {args.driver_candidates:,} results, a commit every "
+                  f"{args.driver_batch}, a snapshot every {args.driver_snapshot}; microseconds wall (CPU):")
             with LiveReads(archive, run_dir):
-                parts = drive(search, args.driver_candidates, args.driver_batch, args.driver_snapshot, rng)
-            print("    " + "  ".join(f"{k} {v:,.0f}" for k, v in parts.items()) + f"  = {sum(parts.values()):,.0f}")
+                parts = drive(search, args.driver_candidates, args.driver_batch, args.driver_snapshot, rng, fill.depth)
+            print("    " + "  ".join(f"{k} {w:,.0f} ({c:,.0f})" for k, (w, c) in parts.items())
+                  + f"  = {sum(w for w, _ in parts.values()):,.0f} ({sum(c for _, c in parts.values()):,.0f})")
             print(f"  driver memory: known hashes {search.known.nbytes() / 2**20:.1f} MiB for {len(search.known):,}; "
                   f"writer's id index {archive._writer.index.nbytes() / 2**20:.1f} MiB; "
                   f"{sum(len(i) for i in search.islands.islands)} island members")

@@ -209,11 +209,13 @@ class DuckDBArchive:
         """Hashes of every program text of the run: as stored, and as proposed before tuning
         rewrote its PARAMS (`proposed_hash`), as a compact set (8 bytes a hash)."""
         arrays = self.con.execute(
-            "SELECT DISTINCT TRY_CAST('0x' || h AS UBIGINT) AS h FROM (SELECT code_hash AS h FROM programs "
-            "WHERE run_id = ? UNION ALL SELECT proposed_hash FROM programs WHERE run_id = ? "
-            "AND proposed_hash IS NOT NULL) WHERE TRY_CAST('0x' || h AS UBIGINT) IS NOT NULL",
-            [run_id, run_id]).fetchnumpy()
-        return HashSet(np.asarray(arrays["h"], dtype=np.uint64))
+            "SELECT TRY_CAST('0x' || code_hash AS UBIGINT) AS h FROM programs WHERE run_id = ? UNION ALL "
+            "SELECT TRY_CAST('0x' || proposed_hash AS UBIGINT) FROM programs WHERE run_id = ? "
+            "AND proposed_hash IS NOT NULL", [run_id, run_id]).fetchnumpy()
+        hashes = arrays["h"]
+        if np.ma.isMaskedArray(hashes):  # a stored hash that is not 16 hex digits
+            hashes = hashes.compressed()
+        return HashSet(np.asarray(hashes, dtype=np.uint64))
 
     def last_seq(self) -> int:
         """The commit number of the latest program (0 in an empty archive)."""

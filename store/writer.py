@@ -16,7 +16,6 @@ import contextlib
 import json
 import math
 import time
-from collections import defaultdict
 from dataclasses import dataclass, field
 
 import duckdb
