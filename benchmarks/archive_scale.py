@@ -132,7 +132,7 @@ class Fill:
     def until(self, n: int, batch: int, snapshot_every: int) -> None:
         while self.programs < n:
             self._write([self.child() for _ in range(min(batch, n - self.programs))])
-            if self.programs % snapshot_every < batch:
+            if (self.programs + snapshot_every // 2) % snapshot_every < batch:  # reports fall mid-interval
                 start = time.perf_counter()
                 self.archive.save_snapshot(RUN, islands_snapshot(self.islands, self.archive.last_seq()))
                 self.snapshot_s += time.perf_counter() - start

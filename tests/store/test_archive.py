@@ -190,3 +190,87 @@ def test_known_hashes_include_the_text_proposed_before_tuning(archive):
     tuned = EvalResult("t", "search", Status.OK, score=-0.9, metrics={"proposed_hash": "feedfacefeedface"})
     archive.record([(cand("t"), tuned)])
     assert {"feedfacefeedface", cand("t").code_hash} <= archive.known_hashes("r1")
+
+
+def test_views_agree_with_their_definitions_on_a_random_archive(archive, monkeypatch):
+    """Totals folded every few programs, running bests and ancestry, against a recount in Python."""
+    import random
+
+    import store.writer
+
+    monkeypatch.setattr(store.writer, "FOLD_EVERY", 7)
+    rng = random.Random(5)
+    archive.record([(cand("p0", mutator="seed", gen=0), ok("p0", -1.0))])
+    ids, ok_score, batch = ["p0"], {"p0": -1.0}, []
+    expected, best, parents_of = {}, {"p0": -1.0, 0: -1.0}, {"p0": []}
+    for i in range(1, 120):
+        pid, parents = f"p{i}", rng.sample(ids[-12:], k=min(len(ids), rng.choice([1, 1, 2])))
+        island, mutator = rng.randrange(3), rng.choice(["embedded:a", "embedded:b"])
+        score = round(rng.gauss(-1, 0.3), 3)
+        result = ok(pid, score) if rng.random() < 0.8 else EvalResult(pid, "search", Status.FAILED, error="x")
+        batch.append((cand(pid, parents, island=island, mutator=mutator), result))
+        known = [ok_score[p] for p in parents if p in ok_score]
+        parent = max(known) if known else None
+        tally = expected.setdefault(mutator, [0, 0])
+        tally[0] += 1
+        if result.status == Status.OK:
+            tally[1] += parent is None or score > parent
+            ok_score[pid] = score
+            best[pid] = max(score, best.get(island, score))
+            best[island] = best[pid]
+        ids.append(pid)
+        parents_of[pid] = parents
+        if len(batch) == rng.randrange(1, 6) or i == 119:
+            archive.record(batch)
+            batch = []
+    assert archive.operator_stats("r1") == {m: tuple(v) for m, v in expected.items()}
+    assert archive.con.execute("SELECT seq FROM mutator_counts_seq").fetchone()[0] >= 100  # folded on the way
+    running = dict(archive.con.execute("SELECT program_id, best_so_far FROM programs").fetchall())
+    assert running == {pid: best.get(pid) for pid in ids}
+    for pid in rng.sample(ids, 10):
+        rows = archive.con.execute(f"SELECT program_id, depth FROM lineage_of('{pid}')").fetchall()
+        assert dict(rows) == _shortest(pid, parents_of)
+
+
+def _shortest(pid, parents_of):
+    depth, frontier, d = {pid: 0}, [pid], 0
+    while frontier:
+        d += 1
+        frontier = [p for child in frontier for p in parents_of[child] if p not in depth]
+        for p in frontier:
+            depth.setdefault(p, d)
+    return depth
+
+
+def test_an_archive_from_before_version_8_is_migrated_with_its_rows(tmp_path):
+    path = tmp_path / "archive.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, name VARCHAR, applied_at TIMESTAMP)")
+    for version, name, sql in migrations()[:2]:
+        con.execute(sql)
+        con.execute("INSERT INTO schema_version VALUES (?, ?, now())", [version, name])
+    con.execute("INSERT INTO runs VALUES ('r1', 't', 'completed', now(), now(), '{}', '')")
+    old = [("a", 0, [], "seed", 1, "OK", -1.0), ("b", 0, ["a"], "embedded:x", 2, "OK", -0.5),
+           ("c", 1, ["b"], "embedded:x", 3, "FAILED", None), ("d", 0, ["b", "a"], "embedded:y", 4, "OK", -0.7)]
+    for pid, island, parents, mutator, seq, status, score in old:
+        con.execute("INSERT INTO programs VALUES (?, 'r1', ?, 1, ?, ?, ?, ?, 0.0, ?)",
+                    [pid, island, parents, f"code {pid}", cand(pid).code_hash, mutator, seq])
+        for parent in parents:
+            con.execute("INSERT INTO lineage VALUES (?, ?, 'r1')", [pid, parent])
+        con.execute("INSERT INTO evaluations VALUES (?, 'r1', 'search', ?, ?, ?, [], [], NULL, 0.1, 0.0)",
+                    [pid, status, score, '{"proposed_hash": "00000000000000aa"}' if pid == "d" else "{}"])
+    con.close()
+    with DuckDBArchive(path) as archive:
+        sql = lambda q: archive.con.execute(q).fetchall()  # noqa: E731
+        assert sql("SELECT program_id, search_status, parent_score, best_so_far FROM programs ORDER BY seq") == [
+            ("a", "OK", None, -1.0), ("b", "OK", -1.0, -0.5), ("c", "FAILED", -0.5, None), ("d", "OK", -0.5, -0.5)]
+        assert sql("SELECT child_id, child_seq, parent_seq FROM lineage ORDER BY child_seq, parent_seq") == [
+            ("b", 2, 1), ("c", 3, 2), ("d", 4, 1), ("d", 4, 2)]
+        assert sql("SELECT program_id, depth FROM lineage_of('d')") == [("d", 0), ("a", 1), ("b", 1)]
+        assert archive.operator_stats("r1") == {"embedded:x": (2, 1), "embedded:y": (1, 0)}
+        assert sql("SELECT program_id FROM best_per_island ORDER BY seq") == [("a",), ("b",)]
+        assert "00000000000000aa" in archive.known_hashes("r1")
+        archive.record([(cand("e", ["d"]), ok("e", -0.2)), (cand("a", code="again"), ok("a", -3.0))])
+        assert sql("SELECT program_id, seq, parent_score, best_so_far FROM programs WHERE program_id IN ('a', 'e') "
+                   "ORDER BY seq") == [("a", 1, None, -3.0), ("e", 5, -0.7, -0.2)]  # a's running best follows its new score
+        assert archive.evaluation("a", "search")["score"] == -3.0  # the later measurement replaced the first
