@@ -21,6 +21,7 @@ import os
 import socket
 import stat
 import struct
+import sys
 import threading
 import time
 from pathlib import Path
@@ -90,12 +91,17 @@ class LiveReads:
         self.close()
 
     def start(self) -> None:
+        """Serve from now on; if the socket cannot be made, say so and carry on without live reads."""
         path = self.run_dir / SOCKET
-        with contextlib.suppress(FileNotFoundError):
-            if stat.S_ISSOCK(path.lstat().st_mode):
-                path.unlink()  # left by a killed holder: we hold the archive now, so it is stale
-        with _address(self.run_dir) as address:
-            self._sock.bind(address)
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                if stat.S_ISSOCK(path.lstat().st_mode):
+                    path.unlink()  # left by a killed holder: we hold the archive now, so it is stale
+            with _address(self.run_dir) as address:
+                self._sock.bind(address)
+        except OSError as exc:
+            print(f"[atoll] no live queries for this run: cannot serve {path}: {exc}", file=sys.stderr)
+            return
         self._sock.listen(8)
         self._sock.settimeout(0.2)
         self._thread.start()
@@ -110,8 +116,9 @@ class LiveReads:
             self._thread.join()
         self._sock.close()
         self._con.close()
-        with contextlib.suppress(FileNotFoundError):
-            (self.run_dir / SOCKET).unlink()
+        if self._thread.ident is not None:  # it served, so the socket file is ours
+            with contextlib.suppress(FileNotFoundError):
+                (self.run_dir / SOCKET).unlink()
 
     def _serve(self) -> None:
         while not self._stop.is_set():

@@ -125,3 +125,11 @@ def test_a_stale_socket_after_kill_9_neither_blocks_queries_nor_the_next_holder(
     started = time.monotonic()
     assert run_query(tmp_path, "SELECT count(*) FROM runs")[1] == [(1,)]
     assert time.monotonic() - started < 5
+
+
+def test_a_run_directory_where_no_socket_can_be_made_still_records(tmp_path, capsys):
+    (tmp_path / SOCKET).mkdir()  # something that is no socket stands in the way
+    with DuckDBArchive(tmp_path / "archive.duckdb") as archive, LiveReads(archive, tmp_path):
+        archive.record([pair("a")])
+    assert "no live queries for this run" in capsys.readouterr().err
+    assert (tmp_path / SOCKET).is_dir() and run_query(tmp_path, "SELECT count(*) FROM programs")[1] == [(1,)]
