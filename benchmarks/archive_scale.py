@@ -5,9 +5,9 @@
 Fills an archive through Atoll's own write path (`DuckDBArchive.write`, batches of
 `--batch` as the driver commits them) with programs from a simulated island search:
 a real `Archipelago` picks every parent, so the lineage has the deep chains of a
-real run; programs are ~1.5 KB policies, each with one search evaluation (85% OK,
+real run; programs are 1-2 KB policies, each with one search evaluation (85% OK,
 with per-instance scores, descriptors and ~300 B of metrics; failures carry an
-error text). Islands snapshots are saved every `--snapshot-every` programs, as the
+error text; a child beats its parent ever more rarely as its island ages). Islands snapshots are saved every `--snapshot-every` programs, as the
 driver does every few seconds. At each size in `--at` it prints:
 - ingest rows/s so far (rows = programs + lineage edges + evaluations; only the
   `write` calls are timed, not making the programs),
@@ -78,13 +78,15 @@ def child_code(code: str, rng) -> str:
     return re.sub(rf"^C{k} = [^ ]*", f"C{k} = {rng.normal():.6f}", code, count=1, flags=re.MULTILINE)
 
 
-def result_for(pid: str, parent_score: float, rng) -> EvalResult:
+def result_for(pid: str, parent_score: float, generation: int, rng) -> EvalResult:
+    """A child's evaluation: mostly a little worse than its parent, better ever more rarely as the
+    island ages (the step's spread shrinks with its generation), as in a real search."""
     roll = rng.random()
     if roll > 0.85:
         status = Status.FAILED if roll > 0.9 else Status.TIMEOUT
         return EvalResult(pid, "search", status, error=f"{status.value}: Traceback (most recent call last): ... "
                           "ValueError: actions must be finite", duration_s=0.4)
-    score = parent_score + float(rng.normal(-0.05, 0.04))
+    score = parent_score + float(rng.normal(-0.05, 0.04 * (1 + generation / 2000) ** -0.25))
     instances = tuple(round(score + float(e), 4) for e in rng.normal(0, 0.01, 4))
     metrics = {"mean_cost": -score * 4.2, "mean_ratio_to_base_stock": -score,
                "instances": {f"lt{k}": {"cost": -v * 4.2, "fill_rate": 0.93} for k, v in enumerate(instances)}}
@@ -119,7 +121,7 @@ class Fill:
         pid = uuid.uuid4().hex[:12]
         candidate = Candidate(pid, RUN, island, self.islands.islands[island].generation + 1, (parent.program_id,),
                               child_code(parent.code, self.rng), "embedded:perturb_const", time.time())
-        result = result_for(pid, parent.score, self.rng)
+        result = result_for(pid, parent.score, candidate.generation, self.rng)
         if result.status == Status.OK:
             self.islands.add_result(island, Member(pid, result.score, candidate.code, candidate.generation,
                                                    result.instance_scores, result.descriptors))
@@ -240,7 +242,7 @@ def drive(search, n: int, commit_every: int, snapshot_every: int, rng, depth: di
         if candidate is None:  # a duplicate: dropped
             continue
         depth[candidate.program_id] = depth.get(request.parent_id, -10**9) + 1
-        result = result_for(candidate.program_id, request.parent_score, rng)
+        result = result_for(candidate.program_id, request.parent_score, request.generation, rng)
         t4 = clock()
         search._on_eval(candidate, result)
         t5 = clock()

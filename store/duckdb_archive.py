@@ -25,8 +25,14 @@ from store.records import Candidate, EvalResult
 from store.writer import Writer, to_json
 
 SCHEMA_DIR = Path(__file__).with_name("schema")
+# The write-ahead log is folded into the file every 256 MB rather than DuckDB's default 16 MB:
+# each fold recompresses the table's newest row group whole, so frequent small folds cost
+# 2.5x the CPU and twice the file size on programs of 1-2 KB (benchmarks/archive_scale.py).
+# A crash then replays at most 256 MB of log on the next open. Live queries read Arrow
+# losslessly (store/live.py).
 CONFIG = {"enable_external_access": False, "autoinstall_known_extensions": False,
-          "autoload_known_extensions": False, "lock_configuration": True}
+          "autoload_known_extensions": False, "lock_configuration": True, "checkpoint_threshold": "256MB",
+          "arrow_lossless_conversion": True}
 _SEARCH_ROW = ("program_id", "island", "generation", "code", "mutator", "status", "score",
                "instance_scores", "descriptors", "seq")
 
