@@ -149,13 +149,15 @@ class Fill:
         self.rows += 2 * len(pairs) + sum(len(c.parent_ids) for c, _ in pairs)
 
 
-def median_s(work, repeat: int = 5) -> tuple[float, object]:
-    times, out = [], None
+def median_s(work, repeat: int = 5) -> tuple[float, float, object]:
+    """Median wall and CPU seconds (this process, DuckDB's threads included) of `work`, and its result."""
+    walls, cpus, out = [], [], None
     for _ in range(repeat):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         out = work()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), out
+        walls.append(time.perf_counter() - start)
+        cpus.append(time.process_time() - cpu)
+    return statistics.median(walls), statistics.median(cpus), out
 
 
 def load() -> str:
@@ -169,10 +171,11 @@ def report_queries(archive, run_dir: Path, deep: str | None) -> None:
                "mutator_success": "SELECT * FROM mutator_success",
                f"lineage_of, {'1,000' if deep else 'deepest'} deep": f"SELECT * FROM lineage_of('{target}')"}
     for label, sql in figures.items():
-        seconds, rows = median_s(lambda: con.execute(sql).fetchall())
-        print(f"    {label:<38}{seconds * 1e3:>9.1f} ms  ({len(rows):,} rows)")
-    seconds, _ = median_s(lambda: run_query(run_dir, "SELECT * FROM mutator_success"))
-    print(f"    {'live query via archive.sock':<38}{seconds * 1e3:>9.1f} ms  (mutator_success, another connection)")
+        wall, cpu, rows = median_s(lambda: con.execute(sql).fetchall())
+        print(f"    {label:<38}{wall * 1e3:>9.1f} ms ({cpu * 1e3:.1f} ms CPU)  {len(rows):,} rows")
+    wall, cpu, _ = median_s(lambda: run_query(run_dir, "SELECT * FROM mutator_success"))
+    print(f"    {'live query via archive.sock':<38}{wall * 1e3:>9.1f} ms ({cpu * 1e3:.1f} ms CPU)  mutator_success, "
+          "asked as `atoll query` asks")
 
 
 def report_copy(archive, tmp: Path) -> None:
@@ -183,7 +186,8 @@ def report_copy(archive, tmp: Path) -> None:
     seconds = time.perf_counter() - start
     size = (tmp / "copy.duckdb").stat().st_size / 2**20
     (tmp / "copy.duckdb").unlink()
-    print(f"    {'(old live view: checkpoint + copy)':<38}{seconds * 1e3:>9.1f} ms  ({size:,.0f} MiB file)")
+    print(f"    {'(old live view: checkpoint + copy)':<38}{seconds * 1e3:>9.1f} ms  of a {size:,.0f} MiB file, "
+          "every few seconds")
 
 
 def resume(path: Path, config) -> tuple[DuckDBArchive, object]:
@@ -198,12 +202,10 @@ def resume(path: Path, config) -> tuple[DuckDBArchive, object]:
              "writer's id index (first commit)": lambda: Writer(archive.con)}
     total = 0.0
     for label, work in steps.items():
-        start = time.perf_counter()
-        out = work()
-        seconds = time.perf_counter() - start
+        seconds, cpu, out = median_s(work, repeat=1)
         total += seconds
-        extra = f"  (replayed {out.replayed:,} rows after the snapshot)" if label.startswith("islands") else ""
-        print(f"    {label:<38}{seconds * 1e3:>9.1f} ms{extra}")
+        extra = f"  replayed {out.replayed:,} rows after the snapshot" if label.startswith("islands") else ""
+        print(f"    {label:<38}{seconds * 1e3:>9.1f} ms ({cpu * 1e3:.1f} ms CPU){extra}")
     print(f"    {'resume, archive and islands':<38}{total:>9.2f} s")
     search = Search(config, archive, RUN, path.parent)
     return archive, search
