@@ -22,7 +22,7 @@ from controller.resume import islands_snapshot, load_islands
 from evaluators.params import write_params
 from evaluators.registry import get_domain
 from islands.population import Member
-from store.records import Candidate, EvalResult, MutationRequest, Status, code_hash
+from store.records import Candidate, EvalResult, MutationRequest, Status
 
 
 def new_id() -> str:
@@ -185,12 +185,12 @@ class Search:
         if isinstance(proposal, str):
             self.events.append(("mutation-failed", {"island": request.island, "reason": proposal}))
             return
-        if code_hash(proposal.code) in self.known:
-            self.events.append(("duplicate", {"island": request.island, "operator": proposal.operator}))
-            return
-        self.known.add(code_hash(proposal.code))
         candidate = Candidate(new_id(), self.run_id, request.island, request.generation, (request.parent_id,),
                               proposal.code, proposal.operator, time.time())
+        if candidate.code_hash in self.known:  # hashed once: the archive's write reuses it
+            self.events.append(("duplicate", {"island": request.island, "operator": proposal.operator}))
+            return
+        self.known.add(candidate.code_hash)
         self.parent_scores[candidate.program_id] = request.parent_score
         self._submit_eval(candidate)
 

@@ -146,6 +146,7 @@ class Archipelago:
                 self.on_generation(int(row["island"]))
         return self
 
+
 def _status(row: dict) -> str:
     status = row["status"]
     return getattr(status, "value", status)
