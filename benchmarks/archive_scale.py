@@ -1,6 +1,7 @@
 """The archive at scale: ingest, views, resume and the driver's own cost up to a million programs.
 
     python3 benchmarks/archive_scale.py [--programs 1000000] [--batch 1000] [--at N ...] [--full-replay]
+        [--islands 8] [--snapshot-every 5000] [--driver-candidates 2000] [--code-constants 24]
 
 Fills an archive through Atoll's own write path (`DuckDBArchive.write`, batches of
 `--batch` as the driver commits them) with programs from a simulated island search:
@@ -15,7 +16,8 @@ driver does every few seconds. At each size in `--at` it prints:
   (median of 5), and one live query through the run directory's socket,
 - a resume: the archive reopened, then what `Search.__init__` reads (count, operator
   totals, known hashes, the islands from their snapshot plus the tail) and the
-  writer's id index that the first commit loads,
+  writer's id index that the first commit loads (with `--full-replay`, also the
+  islands rebuilt from every row, as for an archive without a snapshot),
 - the driver's own cost per candidate: a real `Search` on that archive handles
   `--driver-candidates` results (parent selection and request, dedup and the new
   candidate, the islands' update, a commit every `--driver-batch` results, an islands
@@ -39,7 +41,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from controller.config import validate  # noqa: E402
-from controller.resume import islands_snapshot, load_islands  # noqa: E402
+from controller.resume import expand_seeds, islands_snapshot, load_islands  # noqa: E402
 from islands.archipelago import Archipelago  # noqa: E402
 from islands.population import Member  # noqa: E402
 from store.duckdb_archive import DuckDBArchive  # noqa: E402
@@ -190,11 +192,15 @@ def report_copy(archive, tmp: Path) -> None:
           "every few seconds")
 
 
-def resume(path: Path, config) -> tuple[DuckDBArchive, object]:
+def resume(path: Path, config, full_replay: bool) -> tuple[DuckDBArchive, object]:
     """Reopen the archive and time what a resume reads, then build a real Search on it."""
     from controller.loop import Search
 
     archive = DuckDBArchive(path)
+    if full_replay:
+        wall, cpu, _ = median_s(lambda: Archipelago(config.islands, 0).replay(
+            expand_seeds(archive.search_rows(RUN), config.islands.count)), repeat=1)
+        print(f"    {'(islands from every row, no snapshot)':<38}{wall:>9.2f} s ({cpu:.2f} s CPU)")
     steps = {"count_evaluations": lambda: archive.count_evaluations(RUN),
              "operator_stats": lambda: archive.operator_stats(RUN),
              "known_hashes": lambda: archive.known_hashes(RUN),
@@ -273,6 +279,7 @@ def main() -> None:
     parser.add_argument("--driver-snapshot", type=int, default=30, help="results between driver snapshots")
     parser.add_argument("--code-constants", type=int, default=CONSTANTS,
                         help="constant lines per program (24: about 1.5 KB of code; at least 5)")
+    parser.add_argument("--full-replay", action="store_true", help="also time rebuilding the islands from every row")
     parser.add_argument("--dir", help="where the archive goes (default: a temporary directory, removed)")
     args = parser.parse_args()
     globals()["CONSTANTS"] = max(5, args.code_constants)
@@ -304,7 +311,7 @@ def main() -> None:
                 report_copy(archive, run_dir)
             archive.close()
             print("  resume (the archive reopened):")
-            archive, search = resume(run_dir / "archive.duckdb", config)
+            archive, search = resume(run_dir / "archive.duckdb", config, args.full_replay)
             print(f"  driver per candidate over {args.driver_candidates:,} results, a commit every "
                   f"{args.driver_batch}, a snapshot every {args.driver_snapshot}; microseconds wall (CPU):")
             with LiveReads(archive, run_dir):
