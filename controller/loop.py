@@ -355,6 +355,7 @@ class Search:
         self.archive.write(self.run_id, pairs=self.results, evaluations=self.heldout, events=self.events)
         self.done += sum(1 for _, r in self.results if r.split == "search")
         self.results, self.heldout, self.events = [], [], []
+        self.proposals.commit()  # the LLM calls of those programs, after the programs they name
 
     def publish(self) -> None:
         """Commit, then snapshot the islands, so a resume replays only what follows."""
