@@ -78,6 +78,7 @@ def connect(address: str | None, num_cpus: int | None = None) -> dict:
     if address:
         join(address, env, source)  # a bad address is one line, before the run exists
     else:
-        ray.init(num_cpus=num_cpus, include_dashboard=False, runtime_env=env,
+        # "local": a fresh Ray of this run's own, never a cluster some other `ray start` left on this machine
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, runtime_env=env,
                  log_to_driver=False, configure_logging=False)
     return ray.cluster_resources()
