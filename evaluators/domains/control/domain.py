@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numpy as np
 import optuna
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from evaluators.domains.control import programs as progs
 from evaluators._base import CandidateError, Domain, Outcome, PolicyFn, check_split
@@ -59,9 +59,15 @@ class ControlConfig(BaseModel):
     linear_trials: int = Field(240, ge=1, le=100_000, description="CMA-ES trials of the linear baseline: set it to the run's run.max_evals (the search's budget).")
     linear_bound: float | None = Field(None, gt=0, le=1000, description="Weights and biases of the linear baseline range over [-bound, bound]; None: the environment's default (LINEAR_BOUND, else 3).")
 
+    @field_validator("env")
+    @classmethod
+    def _env_supported(cls, env: str) -> str:
+        EnvSpec.make(env, max_steps=1)  # one clear line for an id or a space this domain cannot use
+        return env
+
     @model_validator(mode="after")
-    def _env_supported(self):
-        EnvSpec.make(self.env, self.max_steps)  # one clear line for an id or a space this domain cannot use
+    def _env_has_a_step_limit(self):
+        EnvSpec.make(self.env, self.max_steps)
         return self
 
 

@@ -131,14 +131,15 @@ def _periods(values: list, path: str) -> tuple[list, np.ndarray]:
 
 def _counts(names, periods, demand: np.ndarray, path: str) -> np.ndarray:
     """Demand as whole non-negative units; a gap, a negative or a fraction is one line naming the cell."""
-    for test, what in ((np.isnan(demand), "no demand (write 0 for a period without demand)"),
-                       (demand < 0, "a negative demand"), (np.isinf(demand), "an infinite demand"),
+    for test, what in ((np.isnan(demand), "no demand"), (demand < 0, "a negative demand"),
+                       (np.isinf(demand), "an infinite demand"),
                        (demand != np.rint(demand), "a demand that is not a whole number of units")):
         bad = np.argwhere(test)  # the gaps are refused first, so the later tests meet numbers only
         if len(bad):
             i, t = bad[0]
             raise ValueError(f"{path}: item {names[i]!r} has {what} in period {periods[t]}"
-                             + ("" if np.isnan(demand[i, t]) else f" ({demand[i, t]:g})"))
+                             + (" (write 0 for a period without demand)" if np.isnan(demand[i, t])
+                                else f" ({demand[i, t]:g})"))
     return demand.astype(np.int64)
 
 
