@@ -103,8 +103,6 @@ name = "inventory"
 search_periods = 200
 heldout_periods = 400
 warmup = 50
-tune_trials = 8
-tune_batch = 4
 
 [domain.options.demand_history]
 path = "demand.csv"

@@ -82,6 +82,7 @@ def _notes(cfg, keys, with_dp, reference) -> list[str]:
         f"gap to DP optimum: simulated cost over the exact average-cost optimum (relative value iteration), "
         f"on the instances with lead time <= {reference.get('dp_max_lead', cfg.dp_max_lead)}"
         + (f"; no DP for {', '.join(without)}" if without else "")
+        + (" (the DP needs a demand distribution; a demand history gives none)" if cfg.demand_history else "")
         + ". The simulated cost is an estimate, so a gap can be slightly negative; the DP row's mean is "
           "over those instances only.",
     ]
