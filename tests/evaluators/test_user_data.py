@@ -118,3 +118,46 @@ def test_the_stored_config_pins_the_data_and_a_changed_file_is_refused(tmp_path)
     with pytest.raises(ConfigError, match=r"^domain\.options\.prices: .*prices\.csv changed since the run "
                                           r"recorded it .*start a new run"):
         validate(stored)
+
+
+ENV_MODULE = '''\
+import gymnasium as gym
+import numpy as np
+
+
+class Switches(gym.Env):
+    """A flat observation and {space} actions."""
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+        self.action_space = {space}
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.np_random.uniform(-1, 1, 3).astype(np.float32), {{}}
+
+    def step(self, action):
+        return self.np_random.uniform(-1, 1, 3).astype(np.float32), float(np.sum(action)), False, False, {{}}
+
+
+gym.register("Switches-v0", entry_point=Switches, max_episode_steps=5)
+'''
+
+
+@pytest.mark.parametrize("space, supported", [("gym.spaces.MultiBinary(4)", False),
+                                              ("gym.spaces.Box(-2.0, 2.0, (2,), np.float32)", True)])
+def test_a_package_environment_runs_if_its_action_space_is_box_or_discrete(tmp_path, monkeypatch, space, supported):
+    module = f"user_envs_{'box' if supported else 'multibinary'}"
+    (tmp_path / f"{module}.py").write_text(ENV_MODULE.format(space=space))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    options = {"env": f"{module}:Switches-v0", "search_seeds": 2, "validation_seeds": 1, "heldout_seeds": 2,
+               "tune_trials": 2, "tune_batch": 2, "linear_trials": 2}
+    if not supported:
+        with pytest.raises(ValueError, match=r"has the action space MultiBinary\(4\); the control domain supports "
+                                             r"Discrete \(starting at 0\) and a flat Box with finite bounds"):
+            get_domain("control", **options)
+        return
+    domain = get_domain("control", secrets=SECRETS, **options)
+    episodes = domain.runner.run(lambda batches: [np.full((len(s), 2), 9.0) for s, _ in batches],
+                                 domain.seeds("search"), {})
+    assert episodes.returns.tolist() == [20.0, 20.0]  # 5 steps of two actions clipped to 2.0

@@ -106,7 +106,7 @@ class EnvSpec:
 
     def entry_folder(self) -> str | None:
         """The folder of the package that defines the environment, when it is not gymnasium's own."""
-        entry = gym.spec(self.env_id).entry_point
+        entry = registered(self.env_id).entry_point
         top = (entry if isinstance(entry, str) else getattr(entry, "__module__", "")).split(":")[0].split(".")[0]
         found = importlib.util.find_spec(top) if top and top != "gymnasium" else None
         return list(found.submodule_search_locations)[0] if found and found.submodule_search_locations else None
@@ -126,6 +126,11 @@ def _make(env_id: str) -> gym.Env:
         raise ValueError(f"env {env_id!r}: {exc}") from None
     except Exception as exc:  # noqa: BLE001  a third-party environment's constructor can raise anything
         raise ValueError(f"env {env_id!r} cannot be made: {type(exc).__name__}: {_first_line(exc)}") from None
+
+
+def registered(env_id: str) -> gym.envs.registration.EnvSpec:
+    """gymnasium's registration of `env_id`; a 'package.module:' prefix (imported by gym.make) is not part of it."""
+    return gym.spec(env_id.split(":", 1)[-1])
 
 
 def _first_line(exc: Exception) -> str:
@@ -307,7 +312,7 @@ class Control(Domain):
         self.runner = Lockstep(self.spec)
         self.tuner = Tuner(config, self.runner)
         self.linear_bound = config.linear_bound or LINEAR_BOUND.get(config.env, 3.0)
-        self.threshold = SOLVED.get(config.env, gym.spec(config.env).reward_threshold)
+        self.threshold = SOLVED.get(config.env, registered(config.env).reward_threshold)
 
     @property
     def seed_program(self) -> str:
