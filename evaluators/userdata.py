@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import ClassVar
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
 TABLE_SUFFIXES = (".csv", ".csv.gz", ".parquet", ".pq")
@@ -99,12 +100,13 @@ def read_table(path: str):
     name = path.lower()
     if not name.endswith(TABLE_SUFFIXES):
         raise ValueError(f"{path}: expected a CSV or Parquet file (a name ending in {', '.join(TABLE_SUFFIXES)})")
+    parquet = name.endswith((".parquet", ".pq"))
     try:
-        if name.endswith((".parquet", ".pq")):
+        if parquet:
             return pq.read_table(path)
         return pcsv.read_csv(path, convert_options=pcsv.ConvertOptions(strings_can_be_null=True))
     except (pa.ArrowInvalid, OSError) as exc:
-        raise ValueError(f"{path}: cannot read it as {'Parquet' if 'parquet' in name or name.endswith('.pq') else 'CSV'}: "
+        raise ValueError(f"{path}: cannot read it as {'Parquet' if parquet else 'CSV'}: "
                          f"{str(exc).splitlines()[0]}") from None
 
 
@@ -116,9 +118,8 @@ def column(table, name: str, path: str, what: str, option: str):
     return table.column(name)
 
 
-def numbers(values, path: str, label: str) -> "np.ndarray":
+def numbers(values, path: str, label: str) -> np.ndarray:
     """A pyarrow column as float64 (nulls as NaN); a value that is not a number is one line naming it."""
-    import numpy as np
     import pyarrow as pa
 
     if pa.types.is_integer(values.type) or pa.types.is_floating(values.type) or pa.types.is_null(values.type):
@@ -132,9 +133,8 @@ def numbers(values, path: str, label: str) -> "np.ndarray":
     return np.array([np.nan if v is None else float(v) for v in values.to_pylist()])
 
 
-def dates(values, path: str, label: str) -> "np.ndarray":
+def dates(values, path: str, label: str) -> np.ndarray:
     """A pyarrow column of dates (typed, or ISO text) as datetime64[D]; anything else is one line."""
-    import numpy as np
     import pyarrow as pa
 
     if pa.types.is_timestamp(values.type) or pa.types.is_date(values.type):

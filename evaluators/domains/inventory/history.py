@@ -61,7 +61,7 @@ class DemandHistory(UserData):
 
     def cut(self, periods: int) -> int:
         """The first period of the held-out part."""
-        return periods - max(1, round(self.heldout_share * periods))
+        return max(0, periods - max(1, round(self.heldout_share * periods)))
 
     def chosen(self) -> tuple[str, ...]:
         return tuple(self.items) or load_demand(self)[0]
