@@ -109,9 +109,15 @@ def apply_overrides(tree: dict, overrides: list[str]) -> dict:
     return tree
 
 
-def validate(tree: dict) -> AtollConfig:
-    """Validate a config tree, including the domain's own options (loading the domain to get its model)."""
+def validate(tree: dict, folder: Path | None = None) -> AtollConfig:
+    """Validate a config tree, including the domain's own options (loading the domain to get its model).
+
+    Data files named in the options resolve against `folder` (the config's) and are pinned by their
+    content's digest in the returned config (`evaluators.userdata`), so the stored config says what the
+    run was scored on.
+    """
     from evaluators.registry import get_domain_class
+    from evaluators.userdata import pinned
 
     try:
         config = AtollConfig.model_validate(tree)
@@ -122,13 +128,15 @@ def validate(tree: dict) -> AtollConfig:
     except DomainLoadError as exc:
         raise ConfigError(str(exc) if str(exc).startswith("domain.") else f"domain.name: {exc}") from None
     try:
-        model.model_validate(config.domain.options)
+        options = model.model_validate(config.domain.options,
+                                       context={"config_dir": str(folder) if folder else None})
     except ValidationError as exc:
         message = _first_error(exc)  # "(top level): ..." for a rule across several options
         raise ConfigError("domain.options" + (message[len("(top level)"):] if message.startswith("(top level)")
                                               else "." + message)) from None
     _check_descriptors(config.islands, get_domain_class(config.domain))
-    return config
+    domain = config.domain.model_copy(update={"options": pinned(config.domain.options, options)})
+    return config.model_copy(update={"domain": domain})
 
 
 def _check_descriptors(islands, domain) -> None:
@@ -155,7 +163,7 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> tuple[AtollConfi
         tree = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    config = validate(read_domain_file(apply_overrides(tree, list(overrides)), path.parent))
+    config = validate(read_domain_file(apply_overrides(tree, list(overrides)), path.parent), path.parent.resolve())
     return config, path.read_text()
 
 

@@ -1,4 +1,5 @@
-"""Control (gymnasium): evolve `act(obs, params)` for LunarLander-v3, Pendulum-v1 or MountainCarContinuous-v0.
+"""Control (gymnasium): evolve `act(obs, params)` for LunarLander-v3, Pendulum-v1, MountainCarContinuous-v0
+or any other registered environment with a flat Box observation and a Box or Discrete action space.
 
 The trusted side steps every episode (each seed of each tuning trial) in
 lockstep: one policy round trip per time step carries the observations of every
@@ -18,21 +19,22 @@ and the samplers' seeds derive from the run's secrets (`evaluators.secrets`).
 """
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 from dataclasses import dataclass
-from typing import Literal
 
 import gymnasium as gym
 import numpy as np
 import optuna
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from evaluators.domains.control import programs as progs
 from evaluators._base import CandidateError, Domain, Outcome, PolicyFn, check_split
 from evaluators.domains.control.report import heldout_table
 from evaluators.params import ParamSpec
 from evaluators.tuning import EliteSampler, distributions, new_study, sobol_sampler
+from evaluators.userdata import hidden
 from store.records import EvalResult, Status
 
 
@@ -47,7 +49,7 @@ class ControlConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    env: Literal[ENV_IDS] = Field("LunarLander-v3", description="Pinned gymnasium environment id.")
+    env: str = Field("LunarLander-v3", min_length=1, description="A registered gymnasium environment id, pinned with its version: LunarLander-v3, Pendulum-v1 and MountainCarContinuous-v0 come with seed programs, baselines and motifs; any other with a flat Box observation and a Box or Discrete action space (CartPole-v1, Acrobot-v1, an installed package's own as 'package.module:Name-v0') starts from a generic seed program.")
     search_seeds: int = Field(20, ge=1, le=1000, description="Episodes of the search split (reset seeds drawn from the run's search secret); PARAMS are tuned on them.")
     validation_seeds: int = Field(10, ge=1, le=1000, description="Episodes of the validation split (reset seeds from the validation secret), tuned on and scored like the search split.")
     heldout_seeds: int = Field(100, ge=1, le=10_000, description="Episodes of the held-out measurement (reset seeds from the held-out secret).")
@@ -55,7 +57,18 @@ class ControlConfig(BaseModel):
     tune_trials: int = Field(12, ge=1, le=10_000, description="Optuna trials per evaluation; the first is the program's PARAMS defaults.")
     tune_batch: int = Field(6, ge=1, le=1000, description="Trials asked at once and stepped together (one round).")
     linear_trials: int = Field(240, ge=1, le=100_000, description="CMA-ES trials of the linear baseline: set it to the run's run.max_evals (the search's budget).")
-    linear_bound: float | None = Field(None, gt=0, le=1000, description="Weights and biases of the linear baseline range over [-bound, bound]; None: the environment's default (LINEAR_BOUND).")
+    linear_bound: float | None = Field(None, gt=0, le=1000, description="Weights and biases of the linear baseline range over [-bound, bound]; None: the environment's default (LINEAR_BOUND, else 3).")
+
+    @field_validator("env")
+    @classmethod
+    def _env_supported(cls, env: str) -> str:
+        EnvSpec.make(env, max_steps=1)  # one clear line for an id or a space this domain cannot use
+        return env
+
+    @model_validator(mode="after")
+    def _env_has_a_step_limit(self):
+        EnvSpec.make(self.env, self.max_steps)
+        return self
 
 
 
@@ -73,13 +86,56 @@ class EnvSpec:
 
     @classmethod
     def make(cls, env_id: str, max_steps: int | None) -> "EnvSpec":
-        env = gym.make(env_id)
-        space, limit = env.action_space, max_steps or env.spec.max_episode_steps
-        obs_dim = env.observation_space.shape[0]
+        """The spaces of `env_id`; a ValueError of one line if it is not registered or not supported."""
+        env = _make(env_id)
+        space, obs, limit = env.action_space, env.observation_space, max_steps or env.spec.max_episode_steps
         env.close()
-        if isinstance(space, gym.spaces.Discrete):
-            return cls(env_id, obs_dim, True, int(space.n), None, None, limit)
-        return cls(env_id, obs_dim, False, space.shape[0], space.low.astype(float), space.high.astype(float), limit)
+        if not (isinstance(obs, gym.spaces.Box) and len(obs.shape) == 1):
+            raise ValueError(f"env {env_id!r} observes {obs}; the control domain needs a flat Box observation "
+                             "(one vector of numbers)")
+        if not limit:
+            raise ValueError(f"env {env_id!r} has no registered step limit; set max_steps")
+        if isinstance(space, gym.spaces.Discrete) and int(space.start) == 0:
+            return cls(env_id, obs.shape[0], True, int(space.n), None, None, limit)
+        if isinstance(space, gym.spaces.Box) and len(space.shape) == 1 and np.isfinite(space.low).all() \
+                and np.isfinite(space.high).all():
+            return cls(env_id, obs.shape[0], False, space.shape[0], space.low.astype(float),
+                       space.high.astype(float), limit)
+        raise ValueError(f"env {env_id!r} has the action space {space}; the control domain supports Discrete "
+                         "(starting at 0) and a flat Box with finite bounds")
+
+    def entry_folder(self) -> str | None:
+        """The folder of the package that defines the environment, when it is not gymnasium's own."""
+        entry = registered(self.env_id).entry_point
+        top = (entry if isinstance(entry, str) else getattr(entry, "__module__", "")).split(":")[0].split(".")[0]
+        found = importlib.util.find_spec(top) if top and top != "gymnasium" else None
+        return list(found.submodule_search_locations)[0] if found and found.submodule_search_locations else None
+
+
+def _make(env_id: str) -> gym.Env:
+    """gym.make, every failure one line: an unknown id, a package it needs that is missing, anything else."""
+    try:
+        return gym.make(env_id, disable_env_checker=True)
+    except gym.error.Error as exc:
+        if isinstance(exc, gym.error.DependencyNotInstalled):
+            raise ValueError(f"env {env_id!r} needs a package that is not installed: {_first_line(exc)}") from None
+        raise ValueError(f"env {env_id!r} is not a registered gymnasium environment ({_first_line(exc)}); e.g. "
+                         "CartPole-v1, Acrobot-v1, Pendulum-v1, LunarLander-v3, or 'package.module:Name-v0' for "
+                         "one that a package registers") from None
+    except ModuleNotFoundError as exc:
+        raise ValueError(f"env {env_id!r}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001  a third-party environment's constructor can raise anything
+        raise ValueError(f"env {env_id!r} cannot be made: {type(exc).__name__}: {_first_line(exc)}") from None
+
+
+def registered(env_id: str) -> gym.envs.registration.EnvSpec:
+    """gymnasium's registration of `env_id`; a 'package.module:' prefix (imported by gym.make) is not part of it."""
+    return gym.spec(env_id.split(":", 1)[-1])
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 @dataclass
@@ -255,34 +311,41 @@ class Control(Domain):
         self.spec = EnvSpec.make(config.env, config.max_steps)
         self.runner = Lockstep(self.spec)
         self.tuner = Tuner(config, self.runner)
-        self.linear_bound = config.linear_bound or LINEAR_BOUND[config.env]
+        self.linear_bound = config.linear_bound or LINEAR_BOUND.get(config.env, 3.0)
+        self.threshold = SOLVED.get(config.env, registered(config.env).reward_threshold)
 
     @property
     def seed_program(self) -> str:
-        return _PROGRAMS[self.config.env][0]
+        if self.config.env in _PROGRAMS:
+            return _PROGRAMS[self.config.env][0]
+        spec = self.spec
+        bounds = () if spec.discrete else (float(spec.low.min()), float(spec.high.max()))
+        return progs.generic_seed(spec.obs_dim, spec.actions, spec.discrete, *bounds)
 
     def baselines(self) -> dict[str, str]:
         spec = self.spec
-        _, (rule_name, rule), _, heuristic = _PROGRAMS[spec.env_id]
+        _, rule, _, heuristic = _PROGRAMS.get(spec.env_id, (None, None, None, None))
         bounds = () if spec.discrete else (float(spec.low.min()), float(spec.high.max()))
         out = {"random": progs.random_program(spec.discrete, spec.actions, *bounds)}
         if heuristic:
             out["gymnasium heuristic"] = heuristic
-        out[rule_name] = rule
+        if rule:
+            out[rule[0]] = rule[1]
         out["seed program"] = self.seed_program  # the weak start, for the climb's size
         out["linear (CMA-ES)"] = progs.linear_program(spec.obs_dim, spec.actions, spec.discrete,
                                                       self.linear_bound)
         return out
 
     def motifs(self) -> list[tuple[str, str, tuple]]:
-        return list(_PROGRAMS[self.config.env][2])
+        return list(_PROGRAMS[self.config.env][2]) if self.config.env in _PROGRAMS else []
 
     def sandbox_hide(self) -> tuple[str, ...]:
         """gymnasium and Box2D: a candidate with its own exact simulator could find the episode's
         seed from the first observation and plan on a private copy; policies need neither."""
         import Box2D
 
-        return tuple(os.path.dirname(m.__file__) for m in (gym, Box2D))
+        own = self.spec.entry_folder()  # an installed package's environment: hidden like gymnasium
+        return tuple(os.path.dirname(m.__file__) for m in (gym, Box2D)) + (hidden(own) if own else ())
 
     def seeds(self, split: str) -> np.ndarray:
         """The reset seeds of `split`: distinct draws below 2**31 from the run's secret of that split.
@@ -311,13 +374,14 @@ class Control(Domain):
         return self._outcome(episodes, tuned, params)
 
     def _outcome(self, ep: Episodes, tuned: Tuned, params: dict[str, ParamSpec]) -> Outcome:
-        spec, threshold = self.spec, SOLVED[self.spec.env_id]
+        spec, threshold = self.spec, self.threshold
         steps = max(int(ep.lengths.sum()), 1)
         n = len(ep.returns)
         metrics = {"env": spec.env_id, "mean_return": float(ep.returns.mean()),
                    "se": float(ep.returns.std(ddof=1) / math.sqrt(n)) if n > 1 else None,
                    "min_return": float(ep.returns.min()), "max_return": float(ep.returns.max()),
-                   "solved_threshold": threshold, "solved_share": float((ep.returns >= threshold).mean()),
+                   "solved_threshold": threshold,
+                   "solved_share": None if threshold is None else float((ep.returns >= threshold).mean()),
                    "crashes": int(ep.crashed.sum()), "timeouts": int(ep.timed_out.sum()), "episodes": n,
                    "mean_length": float(ep.lengths.mean()), "tune_trials": tuned.trials,
                    "params": {k: float(v) for k, v in tuned.values.items()},
@@ -337,7 +401,7 @@ class Control(Domain):
                        tuned_params=clipped)
 
     def reference(self, split: str) -> dict:
-        return {"env": self.spec.env_id, "solved_threshold": SOLVED[self.spec.env_id],
+        return {"env": self.spec.env_id, "solved_threshold": self.threshold,
                 "episodes": len(self.seeds(split)), "max_steps": self.spec.max_steps,
                 "linear_bound": self.linear_bound}
 
@@ -351,8 +415,9 @@ class Control(Domain):
         actions = (f"one of {spec.actions} discrete actions" if spec.discrete else
                    f"{spec.actions} continuous action(s) in [{float(spec.low.min()):g}, {float(spec.high.max()):g}]")
         return (f"Control of gymnasium's {spec.env_id}: the policy maps each observation ({spec.obs_dim} numbers) "
-                f"to {actions}. The score is the mean episode return over the search seeds (higher is better; "
-                f"{SOLVED[spec.env_id]:g} counts as solved). PARAMS are tuned on the search seeds.")
+                "to " + actions + ". The score is the mean episode return over the search seeds (higher is better"
+                + ("" if self.threshold is None else f"; {self.threshold:g} counts as solved")
+                + "). PARAMS are tuned on the search seeds.")
 
     def contract(self) -> str:
         kind = "an integer action per row" if self.spec.discrete else "a float per row (or a (rows, act_dim) array)"

@@ -216,3 +216,28 @@ def linear_program(obs_dim: int, actions: int, discrete: bool, bound: float) -> 
     return np.stack(cols, axis=1)
 '''
     return "import numpy as np\n\n" + params + "\n\ndef act(obs, params):\n" + body
+
+
+def generic_seed(obs_dim: int, actions: int, discrete: bool, low: float = -1.0, high: float = 1.0) -> str:
+    """The weak start for any environment without a program of its own: one weighted sum of the
+    observation (every weight 0 by default, so a constant action) that tuning and mutation can shape."""
+    lines = [f'    "w{i}": (0.0, -1.0, 1.0),' for i in range(obs_dim)] + ['    "bias": (0.0, -1.0, 1.0),']
+    if discrete:
+        action = f"np.clip(np.rint(s + {(actions - 1) / 2!r}), 0, {actions - 1}).astype(np.int64)"
+        what = f"cut into the {actions} actions"
+    else:
+        action = f"np.repeat(np.clip(s * {(high - low) / 2!r}, {low!r}, {high!r})[:, None], {actions}, axis=1)"
+        what = "scaled to the action range, the same for every action dimension"
+    return f'''\
+import numpy as np
+
+PARAMS = {{
+{chr(10).join(lines)}
+}}
+
+
+def act(obs, params):
+    """A weighted sum of the observation, {what}."""
+    s = params["bias"] + sum(params[f"w{{i}}"] * obs[:, i] for i in range({obs_dim}))
+    return {action}
+'''

@@ -25,7 +25,8 @@ def _row(label: str, result: EvalResult) -> tuple[str, ...]:
     mean = f"{m['mean_return']:.1f}" + ("" if se is None else f" ± {se:.1f}" if se >= 0.1 else f" ± {se:.2f}")
     crashes = str(m["crashes"]) if m.get("env") == "LunarLander-v3" else "n/a"
     timeouts = "n/a" if m.get("env") == "Pendulum-v1" else str(m["timeouts"])  # it never terminates
-    return (label, mean, f"{m['min_return']:.1f}", f"{100 * m['solved_share']:.0f}%", crashes,
+    solved = "n/a" if m.get("solved_share") is None else f"{100 * m['solved_share']:.0f}%"
+    return (label, mean, f"{m['min_return']:.1f}", solved, crashes,
             timeouts, f"{m['mean_length']:.0f}")
 
 
@@ -41,7 +42,8 @@ def _notes(config, results: dict, reference: dict) -> list[str]:
         "budget when linear_trials = run.max_evals), weights in "
         f"[-{reference.get('linear_bound', '?')}, {reference.get('linear_bound', '?')}].",
         "mean return ± standard error over episodes; min: the worst episode; solved: share of episodes "
-        f"with return >= {threshold:g}" + ("; crashes: episodes ended by the -100 game-over" if config.env ==
+        + (f"with return >= {threshold:g}" if threshold is not None else "n/a (the environment registers no "
+           "reward threshold)") + ("; crashes: episodes ended by the -100 game-over" if config.env ==
                                           "LunarLander-v3" else "") + "; timeouts: episodes cut by the step limit.",
     ]
     if config.env == "LunarLander-v3":

@@ -27,10 +27,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from evaluators.domains.inventory import dp as inventory_dp
 from evaluators.domains.inventory import report
+from evaluators.domains.inventory.history import DemandHistory, bootstrap
 from evaluators.domains.inventory.programs import BASELINES, MOTIFS, SEED_PROGRAM
 from evaluators._base import CandidateError, Domain, Outcome, PolicyFn, check_split
 from evaluators.params import ParamSpec
 from evaluators.tuning import EliteSampler, distributions, new_study, sobol_sampler
+from evaluators.userdata import hidden
 from store.records import EvalResult, Status
 
 class InstanceSpec(BaseModel):
@@ -40,11 +42,12 @@ class InstanceSpec(BaseModel):
 
     lead_time: int = Field(ge=1, le=20, description="Periods between placing an order and its arrival.")
     penalty: float = Field(gt=0, le=1000, description="Cost per unit of demand lost.")
-    demand: Literal["poisson", "geometric"] = Field(description="Per-period demand distribution (mean: mean_demand).")
+    demand: Literal["poisson", "geometric", "empirical"] = Field(description="Per-period demand distribution (mean: mean_demand); 'empirical': resampled from the item's history (set by demand_history, not by hand).")
+    item: str | None = Field(None, description="The item of the demand history, for empirical demand.")
 
     @property
     def key(self) -> str:
-        return f"{self.demand}-L{self.lead_time}-p{self.penalty:g}"
+        return f"{self.item if self.item is not None else self.demand}-L{self.lead_time}-p{self.penalty:g}"
 
 
 def _grid(demand, leads, penalties):
@@ -81,6 +84,24 @@ class InventoryConfig(BaseModel):
     tune_batch: int = Field(16, ge=1, le=1000, description="Trials asked at once and simulated together (one round).")
     max_order: int = Field(100, ge=1, le=100_000, description="Orders are rounded to integers and clipped to this.")
     dp_max_lead: int = Field(3, ge=0, le=inventory_dp.MAX_LEAD, description="Largest lead time for which the exact DP optimum is computed for reports (0: none).")
+    demand_history: DemandHistory | None = Field(None, description="Your own demand per item and period (CSV or Parquet, relative to the config): the instances become every item x lead time x penalty of this table, their demand resampled from the history (earlier periods for search, validation and tuning; the latest only for the held-out measurement).")
+
+    @model_validator(mode="after")
+    def _history_or_instances(self):
+        given = sorted({"search_instances", "heldout_instances", "validation_instances"} & self.model_fields_set)
+        if self.demand_history is not None and given:
+            raise ValueError(f"{', '.join(given)} and demand_history exclude each other: with a demand history the "
+                             "instances are its items x lead_times x penalties")
+        for field in ("search_instances", "heldout_instances", "validation_instances"):
+            if any(s.demand == "empirical" or s.item is not None for s in getattr(self, field) or ()):
+                raise ValueError(f"{field}: empirical demand comes from demand_history, not from an instance")
+        return self
+
+    def history_instances(self) -> list[InstanceSpec]:
+        """Every item x lead time x penalty of the demand history (each split's instances)."""
+        h = self.demand_history
+        return [InstanceSpec(lead_time=lead, penalty=p, demand="empirical", item=item)
+                for item in h.chosen() for lead in h.lead_times for p in h.penalties]
 
     @model_validator(mode="after")
     def _validation_apart_from_heldout(self):
@@ -188,8 +209,9 @@ class _Rows:
 class Simulator:
     """Lockstep simulation of several instances' rows, one policy round trip per period."""
 
-    def __init__(self, config: InventoryConfig):
+    def __init__(self, config: InventoryConfig, mean_of=None):
         self.config = config
+        self.mean_of = mean_of or (lambda spec: config.mean_demand)
 
     def run(self, policy: PolicyFn, blocks: list[Block], warmup: int) -> list[RowStats]:
         cfg = self.config
@@ -207,7 +229,7 @@ class Simulator:
     def _constants(self, block: Block) -> dict:
         spec, cfg = block.spec, self.config
         return {"lead_time": spec.lead_time, "penalty": spec.penalty, "holding": cfg.holding,
-                "mean_demand": cfg.mean_demand}
+                "mean_demand": self.mean_of(spec)}
 
 
 def base_stock_policy(batches):
@@ -276,7 +298,7 @@ class Inventory(Domain):
 
     def __init__(self, config: InventoryConfig):
         self.config = config
-        self.simulator = Simulator(config)
+        self.simulator = Simulator(config, self.mean_demand)
         self.tuner = Tuner(config, self.simulator)
         self._base_stock: dict[str, list[dict]] = {}
 
@@ -290,6 +312,22 @@ class Inventory(Domain):
     def motifs(self) -> list[tuple[str, str, tuple]]:
         return list(MOTIFS)
 
+    def sandbox_hide(self) -> tuple[str, ...]:
+        return hidden(self.config.demand_history.path) if self.config.demand_history else ()
+
+    def mean_demand(self, spec: InstanceSpec) -> float:
+        """The mean demand a policy is told: the configured one, or the item's mean over the search part."""
+        if spec.demand != "empirical":
+            return self.config.mean_demand
+        return float(self.config.demand_history.part(spec.item, heldout=False).mean())
+
+    def _draw(self, spec: InstanceSpec, rng: np.random.Generator, rows: int, periods: int,
+              heldout_part: bool = False) -> np.ndarray:
+        if spec.demand != "empirical":
+            return demand_matrix(spec, self.config.mean_demand, rng, rows, periods)
+        history = self.config.demand_history
+        return bootstrap(history.part(spec.item, heldout_part), history.block, rng, rows, periods)
+
     # -- data -------------------------------------------------------------------------------
     # Every stream derives from the run's secret of the split it serves, keyed by what it is
     # for and by the instance: the same for every policy of a run (common random numbers),
@@ -301,19 +339,21 @@ class Inventory(Domain):
         cfg = self.config
         rows = cfg.validation_trajectories if split == "validation" else cfg.search_trajectories
         rng = self.secrets.generator(split, "demand", "tune", spec.key)
-        return demand_matrix(spec, cfg.mean_demand, rng, rows, cfg.warmup + cfg.search_periods)
+        return self._draw(spec, rng, rows, cfg.warmup + cfg.search_periods)
 
     def heldout_demand(self, spec: InstanceSpec) -> np.ndarray:
         """Fresh trajectories of a held-out instance, for the held-out measurement only."""
         cfg = self.config
         rng = self.secrets.generator("heldout", "demand", "measure", spec.key)
-        return demand_matrix(spec, cfg.mean_demand, rng, cfg.heldout_trajectories, cfg.warmup + cfg.heldout_periods)
+        return self._draw(spec, rng, cfg.heldout_trajectories, cfg.warmup + cfg.heldout_periods, heldout_part=True)
 
     def tuner_seed(self, spec: InstanceSpec, split: str) -> int:
         return self.secrets.seed(split, "tuner", spec.key, bits=32)
 
     def instances(self, split: str) -> list[InstanceSpec]:
         cfg = self.config
+        if cfg.demand_history is not None:
+            return cfg.history_instances()
         if split == "validation":
             return list(cfg.validation_instances or cfg.search_instances)
         return list(cfg.search_instances if split == "search" else cfg.heldout_instances)
@@ -358,7 +398,10 @@ class Inventory(Domain):
 
     def _best_level(self, spec: InstanceSpec, demand: np.ndarray) -> tuple[int, np.ndarray]:
         cfg = self.config
-        top = inventory_dp.lead_demand_quantile(spec.demand, cfg.mean_demand, spec.lead_time + 1, 0.9999) + 5
+        if spec.demand == "empirical":
+            top = int(demand.max()) * (spec.lead_time + 1) + 5
+        else:
+            top = inventory_dp.lead_demand_quantile(spec.demand, cfg.mean_demand, spec.lead_time + 1, 0.9999) + 5
         levels = np.arange(0, min(top, cfg.max_order * (spec.lead_time + 1)) + 1)
         reps = len(demand)
         block = Block(spec, np.tile(demand, (len(levels), 1)), {"level": np.repeat(levels, reps).astype(float)})
@@ -398,10 +441,10 @@ class Inventory(Domain):
         cfg, optimum = self.config, {}
         specs = self.instances(check_split(split))
         for spec in specs:
-            if spec.lead_time <= cfg.dp_max_lead:
+            if spec.demand != "empirical" and spec.lead_time <= cfg.dp_max_lead:
                 optimum[spec.key] = inventory_dp.cached_solve(spec.demand, cfg.mean_demand, spec.lead_time,
                                                               spec.penalty, cfg.holding).cost
-        return {"dp_optimum": optimum, "dp_max_lead": cfg.dp_max_lead,
+        return {"dp_optimum": optimum, "dp_max_lead": cfg.dp_max_lead, "instances": [s.key for s in specs],
                 "without_dp": [s.key for s in specs if s.key not in optimum]}
 
     def heldout_table(self, results: dict[str, EvalResult], reference: dict):
@@ -410,9 +453,10 @@ class Inventory(Domain):
     # -- for LLM prompts ----------------------------------------------------------------------
 
     def description(self) -> str:
+        demand = (f"random demand (mean {self.config.mean_demand:g})" if self.config.demand_history is None else
+                  "demand resampled from a real history (its mean is state['mean_demand'])")
         return ("Lost-sales inventory with a lead time. Each period the order placed lead_time periods ago "
-                "arrives, the policy places a new order, then random demand (mean "
-                f"{self.config.mean_demand:g}) is met from stock; unmet demand is lost at `penalty` per unit and "
+                f"arrives, the policy places a new order, then {demand} is met from stock; unmet demand is lost at `penalty` per unit and "
                 f"stock left over costs {self.config.holding:g} per unit. The score is minus the mean over "
                 "instances of the policy's long-run cost divided by optimized base-stock's cost on the same "
                 "demand (-1.0 ties base-stock; -0.95 is 5% cheaper). PARAMS are tuned on each instance.")

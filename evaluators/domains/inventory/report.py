@@ -13,7 +13,7 @@ def heldout_table(config, results: dict[str, EvalResult], reference: dict):
     dp = reference.get("dp_optimum", {})
     columns = ["policy", "mean cost ± SE", "vs optimized base-stock (paired)", "gap to DP optimum"]
     rows = [_table_row(label, results[label], dp) for label in _ordered(results)]
-    keys = [s.key for s in config.heldout_instances]
+    keys = reference.get("instances") or [s.key for s in config.heldout_instances]
     with_dp = [k for k in keys if k in dp]
     if with_dp:
         rows.append(("DP optimum", f"{np.mean([dp[k] for k in with_dp]):.3f} (exact, {len(with_dp)} inst.)",
@@ -68,7 +68,10 @@ def _dp_gap(instances: dict, dp: dict) -> str:
 def _notes(cfg, keys, with_dp, reference) -> list[str]:
     without = [k for k in keys if k not in with_dp]
     return [
-        f"Held-out instances: {', '.join(keys)}; mean demand {cfg.mean_demand:g}, holding {cfg.holding:g}. "
+        f"Held-out instances: {', '.join(keys)}; " + (f"mean demand {cfg.mean_demand:g}" if cfg.demand_history is None
+        else f"demand resampled in blocks of {cfg.demand_history.block} from the latest "
+             f"{cfg.demand_history.heldout_share:.0%} of {cfg.demand_history.path} (tuning on the periods before)")
+        + f", holding {cfg.holding:g}. "
         f"Each program is re-tuned on every instance's own tuning trajectories ({cfg.search_trajectories} x {cfg.search_periods} periods, {cfg.tune_trials} optuna trials), "
         f"then measured on {cfg.heldout_trajectories} fresh trajectories of {cfg.heldout_periods} periods "
         f"after {cfg.warmup} warm-up periods, with the same demand for every policy.",
@@ -79,6 +82,7 @@ def _notes(cfg, keys, with_dp, reference) -> list[str]:
         f"gap to DP optimum: simulated cost over the exact average-cost optimum (relative value iteration), "
         f"on the instances with lead time <= {reference.get('dp_max_lead', cfg.dp_max_lead)}"
         + (f"; no DP for {', '.join(without)}" if without else "")
+        + (" (the DP needs a demand distribution; a demand history gives none)" if cfg.demand_history else "")
         + ". The simulated cost is an estimate, so a gap can be slightly negative; the DP row's mean is "
           "over those instances only.",
     ]

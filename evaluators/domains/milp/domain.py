@@ -23,6 +23,7 @@ validation split scores like the search split on instances of its own.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Literal, NamedTuple
 
 import numpy as np
@@ -34,8 +35,10 @@ from evaluators.domains.milp import report as milp_report
 from evaluators._base import Domain, Outcome, PolicyFn, check_split
 from evaluators.domains.milp.programs import BASELINES, MOTIFS, SEED_PROGRAM
 from evaluators.domains.milp.scip import BUILTIN_RULES, SolveRecord, solve
+from evaluators.domains.milp.user_instances import InstanceFolder
 from evaluators.params import ParamSpec
 from evaluators.tuning import distributions, new_study
+from evaluators.userdata import hidden
 from store.records import EvalResult
 
 NODE_SHIFT = 10.0
@@ -89,6 +92,19 @@ class MilpConfig(BaseModel):
                               "after the program's run (same load), 'cached' measures it once per domain object.")
     reference_rules: list[Literal["scip default", "scip pscost", "scip fullstrong"]] = Field(
         default_factory=lambda: list(BUILTIN_RULES), description="SCIP built-in rules measured as reference rows.")
+    instances: InstanceFolder | None = Field(None, description="Your own instances instead of the generated ones: a "
+                                             "folder of .mps or .lp files (relative to the config), split into "
+                                             "search, validation and held-out files by its stated rule.")
+
+    @model_validator(mode="after")
+    def _own_or_generated(self):
+        generated = {"family", "search_size", "heldout_size", "search_instances", "validation_instances",
+                     "heldout_instances", "search_offset", "validation_offset", "heldout_offset"}
+        given = sorted(generated & self.model_fields_set)
+        if self.instances is not None and given:
+            raise ValueError(f"{', '.join(given)} describe generated instances; with your own instances the "
+                             "folder's split rule decides (see instances.heldout_share)")
+        return self
 
     @model_validator(mode="after")
     def _check(self):
@@ -128,7 +144,8 @@ class Milp(Domain):
         return list(MOTIFS)
 
     def sandbox_hide(self) -> tuple[str, ...]:
-        return (str(milp_instances.cache_dir()),)
+        own = hidden(self.config.instances.path) if self.config.instances else ()
+        return (str(milp_instances.cache_dir()),) + own
 
     # -- data -------------------------------------------------------------------------------
     # An instance is a pure function of its generator seed, and each split's seeds derive from
@@ -139,7 +156,9 @@ class Milp(Domain):
         return self.config.heldout_size if split == "heldout" else self.config.search_size
 
     def labels(self, split: str) -> list[tuple[str, int]]:
-        """(label, generator seed) of each instance of `split`; nothing is generated."""
+        """(label, generator seed) of each instance of `split`; nothing is generated. Your own files: (name, 0)."""
+        if self.config.instances is not None:
+            return [(Path(path).name, 0) for path in self._own_files(split)]
         cfg, size = self.config, self._size(split)
         first, count = {"search": (cfg.search_offset, cfg.search_instances),
                         "validation": (cfg.validation_offset, cfg.validation_instances),
@@ -147,8 +166,14 @@ class Milp(Domain):
         return [(f"{cfg.family}-{size}-{split}-{k}", self.secrets.seed(split, "instance", cfg.family, size, k, bits=63))
                 for k in range(first, first + count)]
 
+    def _own_files(self, split: str) -> list[str]:
+        splits = self.config.instances.splits()
+        return splits[split] or splits["search"]  # no validation files: the search files, other SCIP seeds
+
     def instances(self, split: str) -> list[tuple[str, str]]:
-        """(label, .lp path) of each instance of `split`, generated here on first use."""
+        """(label, .lp path) of each instance of `split`, generated here on first use (or your own files)."""
+        if self.config.instances is not None:
+            return [(Path(path).name, path) for path in self._own_files(split)]
         return [(label, str(milp_instances.instance_path(self.config.family, self._size(split), s)))
                 for label, s in self.labels(split)]
 
@@ -256,7 +281,8 @@ class Milp(Domain):
     # -- for LLM prompts ----------------------------------------------------------------------
 
     def description(self) -> str:
-        return (f"Branching-variable selection in the MILP solver SCIP on {self.config.family} instances. At each "
+        kind = self.config.family if self.config.instances is None else "the user's own"
+        return (f"Branching-variable selection in the MILP solver SCIP on {kind} instances. At each "
                 "branching decision the policy scores the LP candidates and SCIP branches on the highest score. "
                 "The score is minus the shifted geometric mean of solve time relative to SCIP's default rule "
                 "(-1.0 ties it; -0.8 is 20% faster). Small trees help only if the rule is cheap to compute.")

@@ -128,7 +128,8 @@ def same_trees(results: dict[str, EvalResult]) -> list[str]:
 def _notes(config, labels: list[str], reference: dict) -> list[str]:
     trials = reference.get("trials", {})
     notes = [
-        f"Held-out: {len(labels)} {config.family} instances of size {config.heldout_size} "
+        f"Held-out: {len(labels)} " + (f"{config.family} instances of size {config.heldout_size} " if config.instances
+                                       is None else f"of your instances in {config.instances.path} ") +
         f"({', '.join(labels)}), never used by the search, x {config.scip_seeds} SCIP seeds; cuts at the root "
         f"only, no restarts, one thread, time limit {config.time_limit_s:g} s (unsolved runs count at the limit).",
         f"sgm time: shifted geometric mean of solve time (shift {config.time_shift_s:g} s), "

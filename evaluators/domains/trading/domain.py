@@ -37,6 +37,8 @@ from evaluators.domains.trading.data import (Market, SyntheticMarket, load_sp500
 from evaluators.domains.trading.programs import MOTIFS, SEED_PROGRAM, baselines
 from evaluators.domains.trading.simulate import Fold, FoldResult, Simulator, WalkForward, layout
 from evaluators.domains.trading.stats import sharpe, summary
+from evaluators.domains.trading.user_prices import PriceHistory, resampled, user_market
+from evaluators.userdata import hidden
 from store.records import EvalResult
 
 
@@ -49,9 +51,10 @@ class TradingConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    market: Literal["sp500", "synthetic"] = Field("sp500", description="'sp500': daily adjusted closes shipped in skfolio (1990-2022); 'synthetic': the generated market of the `synthetic` table.")
-    assets: list[str] = Field(default_factory=lambda: list(DEFAULT_ASSETS), min_length=1, description="For market 'sp500': skfolio tickers, and SP500 for the index.")
-    validation_assets: list[str] = Field(default_factory=lambda: list(DEFAULT_VALIDATION_ASSETS), min_length=1, description="For market 'sp500': the validation split's tickers, walked forward over the search period like the search split (public data: other assets, not other randomness). The synthetic market's validation split is an independent draw of the same market from the run's validation secret.")
+    market: Literal["sp500", "synthetic", "file"] = Field("sp500", description="'sp500': daily adjusted closes shipped in skfolio (1990-2022); 'synthetic': the generated market of the `synthetic` table; 'file': your own price history (the `prices` option).")
+    prices: PriceHistory | None = Field(None, description="For market 'file': your daily closes, a CSV or Parquet file (wide: a date column and one column per asset; long: date, asset and price columns), relative to the config.")
+    assets: list[str] = Field(default_factory=lambda: list(DEFAULT_ASSETS), min_length=1, description="For market 'sp500': skfolio tickers, and SP500 for the index. For market 'file': assets of the file (default: every asset not in validation_assets).")
+    validation_assets: list[str] = Field(default_factory=lambda: list(DEFAULT_VALIDATION_ASSETS), min_length=1, description="For market 'sp500': the validation split's tickers, walked forward over the search period like the search split (public data: other assets, not other randomness). The synthetic market's validation split is an independent draw of the same market from the run's validation secret. For market 'file': assets of the file if given; if not, the validation split trades the search assets' search-period returns resampled in blocks of 20 bars (from the run's validation secret).")
     synthetic: SyntheticMarket = Field(default_factory=SyntheticMarket, description="The synthetic market, for market 'synthetic'.")
     lookback: int = Field(260, ge=253, le=2000, description="Closes each row of a policy call shows, up to and including the decision bar (>= 253, for 12-month rules).")
     tune_bars: int = Field(756, ge=20, le=20_000, description="Bars of each fold's tune window (756: three years).")
@@ -62,9 +65,30 @@ class TradingConfig(BaseModel):
     tune_trials: int = Field(6, ge=1, le=256, description="Optuna trials per tune window, all simulated in the same pass; the first is the PARAMS defaults (the Sobol design's seed comes from the run's secret).")
 
     @model_validator(mode="after")
+    def _prices_for_a_file_market(self):
+        if (self.market == "file") != (self.prices is not None):
+            raise ValueError("market 'file' and the prices option go together: give both, or neither")
+        return self
+
+    def file_assets(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """For market 'file': (search assets, validation assets; empty: a resample of the search period)."""
+        from evaluators.domains.trading.user_prices import load_prices
+
+        validation = tuple(self.validation_assets) if "validation_assets" in self.model_fields_set else ()
+        if "assets" in self.model_fields_set:
+            return tuple(self.assets), validation
+        return tuple(n for n in load_prices(self.prices)[0] if n not in validation), validation
+
+    @model_validator(mode="after")
     def _validation_assets_apart(self):
         shared = sorted(set(self.assets) & set(self.validation_assets))
-        if self.market == "sp500" and shared:
+        if self.market == "file":
+            search, validation = self.file_assets()
+            shared = sorted(set(search) & set(validation))
+            if not search:
+                raise ValueError(f"{self.prices.path} has no asset left for the search split once "
+                                 f"validation_assets are set aside")
+        if self.market in ("sp500", "file") and shared:
             raise ValueError(f"validation_assets {shared} are also search assets; choose others")
         return self
 
@@ -82,6 +106,15 @@ class TradingConfig(BaseModel):
     @model_validator(mode="after")
     def _folds_fit(self):
         """The market must hold the holdout and at least one walk-forward fold."""
+        if self.market == "file":
+            search, validation = self.file_assets()
+            bars = len(user_market(self.prices, search + validation).dates)
+            try:
+                layout(bars, self)
+            except ValueError as exc:
+                raise ValueError(f"{self.prices.path}: {exc} (the rows on which every chosen asset has a price; "
+                                 "shorten those windows or give a longer history)") from None
+            return self
         bars = self.synthetic.bars if self.market == "synthetic" else len(load_sp500(tuple(self.assets)).dates)
         layout(bars, self)
         return self
@@ -125,9 +158,21 @@ class Trading(Domain):
             head_split, tail_split = ("validation", "validation") if which == "validation" else ("search", "heldout")
             return synthetic_market(cfg.synthetic, self.secrets.seed(head_split, "market", "head", bits=128),
                                     self.secrets.seed(tail_split, "market", "tail", bits=128), tail)
+        if cfg.market == "file":
+            return self._load_file(which)
         both = load_sp500(tuple(dict.fromkeys(cfg.assets + cfg.validation_assets)))  # aligned on common dates
         names = cfg.validation_assets if which == "validation" else cfg.assets
         return Market(tuple(names), both.dates, both.close[[both.names.index(n) for n in names]])
+
+    def _load_file(self, which: str) -> Market:
+        """The user's file: its search assets, and its validation assets or a resample of the search period."""
+        search, validation = self.config.file_assets()
+        both = user_market(self.config.prices, search + validation)  # aligned on common dates
+        if which == "main" or validation:
+            names = validation if which == "validation" else search
+            return Market(names, both.dates, both.close[[both.names.index(n) for n in names]])
+        main = self.market_of("search")
+        return resampled(main, self.config.holdout_bars, self.secrets.generator("validation", "market", "resample"))
 
     def simulator(self, split: str) -> Simulator:
         market = self.market_of(split)
@@ -168,6 +213,8 @@ class Trading(Domain):
         return list(MOTIFS)
 
     def sandbox_hide(self) -> tuple[str, ...]:
+        if self.config.prices is not None:
+            return hidden(self.config.prices.path)
         try:
             return (str(skfolio_data_dir()),)
         except FileNotFoundError:
