@@ -166,6 +166,7 @@ def test_a_chain_of_kill_9_at_random_moments_loses_nothing_and_completes_the_bud
     assert counts(run_dir) == (budget, budget), context
     assert proposed_texts(run_dir) == budget, context  # no program text was evaluated twice
     assert kept <= committed_ids(run_dir), context
+    assert not (run_dir / "archive.sock").exists(), context  # a killed driver's stale socket is gone at the end
 
 
 @pytest.mark.parametrize("args, needle", [

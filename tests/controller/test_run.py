@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from store.duckdb_archive import DuckDBArchive
 from store.query import QueryError, run_query
+from tests.controller.test_run_secrets import assert_secrets_drawn_stored_and_used, rescored_exactly
 from tests.tiny import TINY_INVENTORY
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,6 +45,7 @@ def test_run_then_best_status_and_query(atoll_cli, tmp_path):
     again = atoll_cli("report", str(run_dir))  # every held-out result is in the archive: nothing is re-scored
     assert "5 of 5 programs already scored" in again.stdout and "scoring" not in again.stdout
     assert "optimized base-stock" in again.stdout and "DP optimum" in again.stdout
+    assert_secrets_drawn_stored_and_used(run_dir)
 
 
 def test_ctrl_c_during_the_report_keeps_the_search_and_the_report_command_finishes_it(atoll_cli, tmp_path):
@@ -68,30 +69,7 @@ def test_ctrl_c_during_the_report_keeps_the_search_and_the_report_command_finish
     done = atoll_cli("report", str(run_dir))
     assert "held-out split (inventory)" in done.stdout and "evolved best" in done.stdout
     assert _counts(run_dir) == (4, 4)
-
-
-def test_kill_9_then_resume_completes_the_budget(tmp_path):
-    run_dir, budget = tmp_path / "run", 24
-    cmd = [sys.executable, "-m", "controller", "run", "configs/inventory.toml", "--run-dir", str(run_dir),
-           "--max-evals", str(budget), "--no-report", *TINY]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(tmp_path), start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        seen = _wait_for_evaluations(run_dir, 6, proc)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    assert 6 <= seen < budget
-    assert (run_dir / "archive.sock").exists()  # the killed driver's, stale: queries above went to the archive
-    time.sleep(1)
-    done = subprocess.run([sys.executable, "-m", "controller", "resume", str(run_dir), "--no-report"],
-                          cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True, timeout=400)
-    assert done.returncode == 0, done.stderr
-    assert _counts(run_dir) == (budget, budget) and not (run_dir / "archive.sock").exists()
-    with DuckDBArchive(run_dir / "archive.duckdb", read_only=True) as archive:
-        rows = archive.programs_with_scores(archive.latest_run_id())
-    ids = [r["program_id"] for r in rows]
-    assert len(ids) == len(set(ids))
+    assert rescored_exactly(run_dir) == 5  # the baselines, scored by the report's new process on the stored secrets
 
 
 def _wait_for_evaluations(run_dir, n, proc, limit=180):

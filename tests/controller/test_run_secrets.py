@@ -1,13 +1,11 @@
 """A run's secret randomness through the real entry point: drawn, stored, reloaded, replayable.
 
+The drawn-and-stored checks run on test_run.py's runs (one run serves both).
+
 Every check re-scores programs here, with the secrets read back from the run's
 archive, and demands exactly the scores the run's own evaluator actors stored:
 an actor that had drawn secrets of its own would have scored other data.
 """
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 from evaluators.evaluator import Evaluator
@@ -37,7 +35,7 @@ def _stored(run_dir: Path) -> tuple[RunSecrets, dict, dict]:
     return secrets, held, {"seed": seed}
 
 
-def _rescored_exactly(run_dir: Path, seed_program: str | None = None) -> int:
+def rescored_exactly(run_dir: Path, seed_program: str | None = None) -> int:
     """Re-score every stored baseline held-out result (and the seed's search score) with the stored
     secrets; returns how many results were compared."""
     import json
@@ -52,45 +50,16 @@ def _rescored_exactly(run_dir: Path, seed_program: str | None = None) -> int:
     return len(held)
 
 
-def test_a_run_draws_secrets_keeps_them_in_its_archive_and_every_evaluator_uses_them(atoll_cli, tmp_path):
-    run_dir = tmp_path / "run"
-    out = atoll_cli("run", "configs/inventory.toml", "--run-dir", str(run_dir), "--max-evals", "4", "--no-report",
-                    *TINY)
-    assert "Replayable" not in out.stdout
-    report = atoll_cli("report", str(run_dir))  # a new process: it must load the stored secrets
-    assert "held-out split (inventory)" in report.stdout and "Replayable" not in report.stdout
+def assert_secrets_drawn_stored_and_used(run_dir: Path) -> None:
+    """The finished run `run_dir` (no replay seed) drew 128-bit secrets, stored them once, and every
+    evaluator actor scored with them (called by tests/controller/test_run.py on its runs)."""
     _, rows, _ = run_query(run_dir, "SELECT search, validation, heldout, replayable FROM run_secrets")
     search, validation, heldout, replayable = rows[0]
     assert len(rows) == 1 and not replayable and len({search, validation, heldout}) == 3
     assert all(2 ** 64 < int(v) < 2 ** 128 for v in (search, validation, heldout))  # drawn: 128-bit
     from evaluators.registry import get_domain
     seed_program = get_domain("inventory", **TINY_INVENTORY).seed_program
-    assert _rescored_exactly(run_dir, seed_program) == 5  # 4 baselines and the seed, spread over both actors
-
-
-def test_a_stopped_run_resumes_on_its_stored_secrets(tmp_path):
-    run_dir = tmp_path / "run"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), ATOLL_CACHE_DIR=str(tmp_path / "cache"))
-    cmd = [sys.executable, "-m", "controller", "run", "configs/inventory.toml", "--run-dir", str(run_dir),
-           "--max-evals", "10", "--no-report", *TINY]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    try:
-        for line in proc.stdout:
-            if "evals" in line and not line.startswith("[atoll] 0/"):
-                break
-        os.killpg(proc.pid, signal.SIGINT)
-        proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    before = _stored(run_dir)[0]
-    done = subprocess.run([sys.executable, "-m", "controller", "resume", str(run_dir)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=400)
-    assert done.returncode == 0, done.stderr
-    assert "held-out split (inventory)" in done.stdout
-    assert _stored(run_dir)[0] == before
-    assert _rescored_exactly(run_dir) == 5  # the baselines by the resumed process's actors
+    assert rescored_exactly(run_dir, seed_program) == 5  # 4 baselines and the seed, spread over both actors
 
 
 def test_a_replay_seed_reproduces_the_scores_and_the_run_says_so(atoll_cli, tmp_path):
