@@ -50,7 +50,8 @@ class Setup:
 
 
 def _user_error(message: str) -> Exception:
-    from controller.cli import UserError  # here: the config tree imports this module, and the CLI the config
+    # imported here: the config tree imports this module, and the CLI imports the config
+    from controller.cli import UserError
 
     return UserError(message)
 
@@ -101,7 +102,8 @@ def _checked(token: str, what: str) -> str:
 def write_record(run_dir: Path, setup: Setup, port: int) -> None:
     """RUN_DIR/control.json, readable by the owner only (temp file and `os.replace`)."""
     record = {"address": f"{setup.host}:{port}", "pid": os.getpid(),
-              "token": setup.token if setup.own else None}
+              "token": setup.token if setup.own else None,  # a user's own token is never written here
+              "token_from": "this file" if setup.own else f"{TOKEN_ENV} or --token-file"}
     tmp = run_dir / f".{RECORD}.{os.getpid()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as out:

@@ -184,7 +184,8 @@ class Search:
                     if now - last_commit >= self.config.controller.commit_every_s:
                         self.commit()
                         last_commit = now
-                    if now - last_publish >= self.config.controller.snapshot_every_s:
+                    idle = self.helm.paused and not self.pending  # a long pause rewrites no snapshot
+                    if now - last_publish >= self.config.controller.snapshot_every_s and not idle:
                         self.publish()
                         last_publish = now
                     progress.update(self.helm.searched_s(time.monotonic()))

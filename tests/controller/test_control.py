@@ -8,7 +8,6 @@ there; `atoll watch` follows it to the end).
 import json
 import threading
 import time
-from pathlib import Path
 
 import grpc
 import pytest
@@ -57,7 +56,7 @@ def segment_one(tmp_path_factory):
     seen = {"run_dir": run_dir, "tmp": tmp}
     proc = start(tmp, "run", CONFIG, *TINY, "--set", "run.max_evals=4", "--run-dir", run_dir, "--no-report")
     try:
-        record = wait_for("control.json", lambda: control.read_record(run_dir), proc)
+        record = wait_for("control.json", lambda: control.read_record(run_dir), proc, limit=180)
         client = ControlClient(run_dir)
         events: list = []
         stream = follow(client, events)
@@ -70,7 +69,7 @@ def segment_one(tmp_path_factory):
         _check_pause_holds(client, run_dir, proc, seen)
         seen["bad_cli"] = atoll(tmp, "set", run_dir, "run.max_evals=abc", timeout=60)
         seen["bad_sets"] = [seen["bad_cli"].stderr]
-        seen["bad_sets"] += [_refusal(lambda: client.set_budget(*item.split("=")))
+        seen["bad_sets"] += [_refusal(lambda item=item: client.set_budget(*item.split("=")))
                              for item in ("run.seed=3", "run.max_evals=1", "mutator.llm.budget.calls=5")]
         seen["continue"] = atoll(tmp, "continue", run_dir, timeout=60)
         wait_for("progress after continue", lambda: live_count(run_dir) >= seen["held"] + 2, proc)
@@ -167,7 +166,7 @@ def test_stop_commits_everything_and_resume_ends_exactly_at_a_lowered_budget(seg
     proc = start(tmp, "resume", run_dir, "--no-report", "--set", "control.host=0.0.0.0",
                  ATOLL_CONTROL_TOKEN=TOKEN)
     try:
-        record = wait_for("control.json", lambda: control.read_record(run_dir), proc)
+        record = wait_for("control.json", lambda: control.read_record(run_dir), proc, limit=180)
         assert record["token"] is None and record["address"].startswith("0.0.0.0:")
         no_token = atoll(tmp, "set", run_dir, "run.max_evals=30", timeout=60)
         (tmp / "wrong").write_text("y" * 32)
