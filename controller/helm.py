@@ -118,7 +118,7 @@ class Helm:
 
     # --- events ------------------------------------------------------------------------
     def on_commit(self, search) -> None:
-        """Publish what this batch commits: its events, its failed evaluations and the LLM budget."""
+        """Publish what this batch committed: its events, its failed evaluations and the LLM budget."""
         for kind, detail in search.events:
             self.steering.publish(kind, detail)
         for candidate, result in search.results:

@@ -360,9 +360,9 @@ class Search:
     # --- persistence --------------------------------------------------------
     def commit(self) -> None:
         """One transaction: programs, lineage, evaluations, held-out scores, events."""
-        self.helm.on_commit(self)  # events for the control plane, as committed
         # held-out scores are of programs committed earlier or in this same batch
         self.archive.write(self.run_id, pairs=self.results, evaluations=self.heldout, events=self.events)
+        self.helm.on_commit(self)  # to the control plane's watchers, once committed
         self.done += sum(1 for _, r in self.results if r.split == "search")
         self.results, self.heldout, self.events = [], [], []
         self.proposals.commit()  # the LLM calls of those programs, after the programs they name
