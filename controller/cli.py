@@ -17,6 +17,8 @@ EPILOG = """examples:
   atoll status runs/try
   atoll query runs/try "SELECT * FROM mutator_success"
   atoll best runs/try
+  atoll watch runs/try                              live status and events; also pause, continue, stop
+  atoll set runs/try run.max_evals=800              change the budget of a live run
   atoll report runs/try                             the held-out table again (after a stopped report)
   atoll baselines configs/inventory.toml
   atoll new-domain pricing                          write an example domain of your own into ./pricing
@@ -67,7 +69,26 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="check that a config's domain keeps the contract (real sandbox, no Ray)")
     check.add_argument("config", help="TOML config naming the domain, e.g. pricing/pricing.toml")
     check.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    _control_parsers(sub)
     return parser
+
+
+def _control_parsers(sub) -> None:
+    """`atoll watch|pause|continue|stop|set RUN_DIR`: steering a live run (controller/control_commands.py)."""
+    for name, text in (("watch", "live view of a running search's status and events (Ctrl-C stops watching)"),
+                       ("pause", "submit no new work; what is in flight finishes and is committed"),
+                       ("continue", "continue a paused run"),
+                       ("stop", "stop a live run as Ctrl-C does (everything finished is committed; resumable)"),
+                       ("set", "change a live run's budget, e.g. run.max_evals=500")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("run_dir", help="a live run's directory")
+        if name == "set":
+            p.add_argument("assignments", nargs="+", metavar="KEY=VALUE",
+                           help="run.max_evals, run.max_wall_s, mutator.llm.budget.calls|tokens|cost")
+        if name == "watch":
+            p.add_argument("--every", type=float, default=5.0, help="seconds between status updates (default 5)")
+        p.add_argument("--token-file", help="the run's control token, for a run bound beyond loopback "
+                                            "(default: ATOLL_CONTROL_TOKEN)")
 
 
 def main(argv: list[str] | None = None) -> int:

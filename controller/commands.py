@@ -14,6 +14,7 @@ from controller import rundir
 from controller.cli import UserError
 from controller.config import apply_overrides, load_config, validate
 from controller.domain_commands import cmd_check, cmd_new_domain  # noqa: F401  (the CLI finds commands here)
+from controller.control_commands import cmd_continue, cmd_pause, cmd_set, cmd_stop, cmd_watch  # noqa: F401
 
 # Output to a file or a pipe (a log, a job's driver output) is not cut to 80 columns:
 # the held-out tables stay one line per row there.
@@ -38,6 +39,7 @@ def cmd_run(args) -> int:
     protections = _sandbox_protections(config)
     if args.run_dir:
         rundir.check_free(Path(args.run_dir))
+    args.control = _control_setup(config)
     connect(args.ray_address)
     run_dir = rundir.claim(config.run.name, args.run_dir)
     run_id = run_dir.resolve().name + "-" + time.strftime("%H%M%S")
@@ -93,6 +95,8 @@ def cmd_resume(args) -> int:
         _refuse_failed_seed(archive, run_id)
         if getattr(args, "set", None):  # e.g. a resume that adds or drops an LLM model
             config = validate(apply_overrides(run["config"], list(args.set)))
+        args.control = _control_setup(config)
+        if getattr(args, "set", None):
             archive.con.execute("UPDATE runs SET config = ? WHERE run_id = ?",
                                 [json.dumps(config.model_dump(mode="json")), run_id])
             console.print(f"[bold]atoll[/] config changed for the rest of the run: {', '.join(args.set)}")
@@ -151,7 +155,7 @@ def _search_and_report(config, archive, run_id, run_dir, args) -> int:
     hide = (str(run_dir.resolve()),)
     secrets = _stored_secrets(archive, run_id, run_dir)
     search = Search(config, archive, run_id, run_dir, hide=hide, secrets=secrets)
-    status = search.run()
+    status = _steered(search, run_dir, getattr(args, "control", None))
     archive.set_run_status(run_id, status, ended=True)
     if status == "seed-failed":
         raise UserError(f"the seed program failed ({search.seed_error}); nothing to evolve from")
@@ -164,6 +168,26 @@ def _search_and_report(config, archive, run_id, run_dir, args) -> int:
         console.print(f"stopped; everything finished is committed. Continue with: atoll resume {run_dir}",
                       soft_wrap=True)
     return 130 if status == "interrupted" else 0
+
+
+def _control_setup(config):
+    """The control plane's bind address and token, checked before the run starts (None: disabled)."""
+    from controller.control import prepare
+
+    return prepare(config.control)
+
+
+def _steered(search, run_dir: Path, setup) -> str:
+    """`search.run()` with its control plane served beside it (`atoll watch|pause|continue|stop|set`)."""
+    from controller.control_server import ControlPlane
+
+    with ControlPlane(setup, run_dir, search.helm.steering) as plane:
+        if plane.address:
+            console.print(f"steer it with: atoll watch|pause|continue|stop|set {run_dir} (control plane on "
+                          f"{plane.address})", soft_wrap=True)
+        status = search.run()
+        plane.end(status)
+    return status
 
 
 def _llm_summary(archive, run_id) -> None:

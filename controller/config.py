@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from controller.control import ControlConfig
 from evaluators.registry import DomainConfig, DomainLoadError
 from evaluators.sandbox.config import SandboxConfig
 from islands.config import IslandsConfig
@@ -74,6 +75,7 @@ class AtollConfig(_Strict):
     mutator: MutatorConfig = Field(default_factory=MutatorConfig, description="Mutation backend.")
     evaluator: EvaluatorConfig = Field(default_factory=EvaluatorConfig, description="Evaluator pool and sandbox.")
     controller: ControllerConfig = Field(default_factory=ControllerConfig, description="Run loop.")
+    control: ControlConfig = Field(default_factory=ControlConfig, description="Steering the live run over gRPC.")
 
 
 def _first_error(exc: ValidationError, prefix: str = "") -> str:

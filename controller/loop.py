@@ -19,6 +19,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from controller import faults
 from controller.actors import evaluator_count, new_evaluator, new_mutator
 from controller.dedup import Dedup
+from controller.helm import Helm
 from controller.progress import Progress
 from controller.proposals import Proposals
 from controller.resume import islands_snapshot, load_islands
@@ -59,6 +60,7 @@ class Search:
         self.proposals = Proposals(config, archive, run_id, self.domain, self.dedup)
         best = self.islands.best()
         self.best_score = best.score if best else None
+        self.helm = Helm(archive, run_id)  # pause, resume, stop, budgets, status: the control plane's commands
 
     # --- actors -------------------------------------------------------------
     def _start_actors(self) -> None:
@@ -134,7 +136,7 @@ class Search:
         return self.config.run.max_evals - self.done - busy
 
     def _fill(self, searching: bool) -> None:
-        if not searching:
+        if not searching or self.helm.paused:
             return
         if self.done == 0 and not self.pending and not self.results:
             self._submit_eval(Candidate(new_id(), self.run_id, 0, 0, (), self.domain.seed_program, "seed", time.time()))
@@ -153,7 +155,8 @@ class Search:
             return "seed-failed"
         self._start_actors()
         start = time.monotonic()
-        progress = Progress(self, self.config.run.max_evals, self.config.run.max_wall_s)
+        self.helm.begin(start)
+        progress = self.progress = Progress(self, self.config.run.max_evals, self.config.run.max_wall_s)
         last_commit = last_publish = time.monotonic()
         drain_until = None
         status = "completed"
@@ -161,15 +164,18 @@ class Search:
             with progress:
                 while True:
                     now = time.monotonic()
-                    searching = now - start < self.config.run.max_wall_s
+                    self.helm.tick(self, now)  # control-plane commands; a stop raises KeyboardInterrupt
+                    searching = self.helm.searched_s(now) < self.config.run.max_wall_s
                     if not searching and drain_until is None:
                         # out of wall time: submit nothing more, let what runs finish and commit
                         drain_until = now + self.config.evaluator.sandbox.wall_s + 5
                         status = "wall-time" if self._budget_left() > 0 else status
                     self._fill(searching)
-                    if not self.pending:
+                    if not self.pending and not (self.helm.paused and self._budget_left() > 0):
                         break
-                    ready, _ = ray.wait(list(self.pending), num_returns=1, timeout=0.5)
+                    ready = ray.wait(list(self.pending), num_returns=1, timeout=0.5)[0] if self.pending else []
+                    if not self.pending:
+                        time.sleep(0.2)  # paused with nothing in flight
                     for ref in ready:
                         self._handle(ref, *self.pending[ref])
                     if drain_until is not None and time.monotonic() > drain_until:
@@ -178,10 +184,11 @@ class Search:
                     if now - last_commit >= self.config.controller.commit_every_s:
                         self.commit()
                         last_commit = now
-                    if now - last_publish >= self.config.controller.snapshot_every_s:
+                    idle = self.helm.paused and not self.pending  # a long pause rewrites no snapshot
+                    if now - last_publish >= self.config.controller.snapshot_every_s and not idle:
                         self.publish()
                         last_publish = now
-                    progress.update(time.monotonic() - start)
+                    progress.update(self.helm.searched_s(time.monotonic()))
         except KeyboardInterrupt:
             status = "interrupted"
             self._cancel_all()
@@ -205,6 +212,8 @@ class Search:
 
     # --- results ------------------------------------------------------------
     def _handle(self, ref, kind: str, payload, actor: int | None) -> None:
+        if kind in ("llm", "mutate"):
+            self.helm.proposals += 1
         if kind == "llm":
             del self.pending[ref]
             return self._on_llm(ref, payload)
@@ -353,6 +362,7 @@ class Search:
         """One transaction: programs, lineage, evaluations, held-out scores, events."""
         # held-out scores are of programs committed earlier or in this same batch
         self.archive.write(self.run_id, pairs=self.results, evaluations=self.heldout, events=self.events)
+        self.helm.on_commit(self)  # to the control plane's watchers, once committed
         self.done += sum(1 for _, r in self.results if r.split == "search")
         self.results, self.heldout, self.events = [], [], []
         self.proposals.commit()  # the LLM calls of those programs, after the programs they name

@@ -1,0 +1,86 @@
+"""The CLI's client of a live run's control plane.
+
+It finds the driver through RUN_DIR/control.json (its address, and the token the
+driver drew for a loopback run); a run bound elsewhere takes the user's token from
+ATOLL_CONTROL_TOKEN or `--token-file`. Every failure is one line: the run is not live,
+the token was refused, a bad budget key or value.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import grpc
+
+from controller import control
+from controller.cli import UserError
+from controller.control_server import pb, rpc
+
+TIMEOUT_S = 40.0  # the driver answers at its loop's tick, and waits up to 30 s for it
+
+
+def not_live(run_dir: Path, why: str = "") -> UserError:
+    return UserError(f"{run_dir}: the run is not live (no driver is running it now{', ' + why if why else ''}); "
+                     f"`atoll status {run_dir}` shows where it stands")
+
+
+class ControlClient:
+    """Calls on one live run's control plane; `token` overrides the run directory's and the environment's."""
+
+    def __init__(self, run_dir: str | Path, token: str | None = None):
+        self.run_dir = Path(run_dir)
+        if not (self.run_dir / "archive.duckdb").is_file():
+            raise UserError(f"{self.run_dir} is not a run directory (no archive.duckdb in it)")
+        record = control.read_record(self.run_dir)
+        if record is None:
+            raise not_live(self.run_dir)
+        token = token or record.get("token") or os.environ.get(control.TOKEN_ENV)
+        if not token:
+            raise UserError(f"{self.run_dir}: this run's control plane needs its token: set {control.TOKEN_ENV} "
+                            "or give --token-file")
+        self.metadata = ((control.TOKEN_HEADER, token),)
+        self.channel = grpc.insecure_channel(control.client_address(record["address"]))
+        self.stub = rpc.ControlStub(self.channel)
+
+    def call(self, method: str, request):
+        try:
+            return getattr(self.stub, method)(request, metadata=self.metadata, timeout=TIMEOUT_S)
+        except grpc.RpcError as exc:
+            raise self.explained(exc) from None
+
+    def status(self):
+        return self.call("Status", pb.StatusRequest())
+
+    def set_budget(self, key: str, value: str) -> str:
+        return self.call("SetBudget", pb.SetBudgetRequest(key=key, value=value)).message
+
+    def events(self):
+        """The run's events from now on; ends when the search ends (or the driver goes away)."""
+        stream = self.stub.Events(pb.EventsRequest(), metadata=self.metadata)
+        try:
+            yield from stream
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.CANCELLED:
+                raise self.explained(exc) from None
+        finally:
+            stream.cancel()
+
+    def explained(self, exc: grpc.RpcError) -> UserError:
+        code, details = exc.code(), exc.details() or ""
+        if code == grpc.StatusCode.UNAVAILABLE:
+            return not_live(self.run_dir, details.splitlines()[0][:200] if details else "")
+        if code == grpc.StatusCode.UNAUTHENTICATED:
+            return UserError(f"{self.run_dir}: the control plane refused the token ({details}); use the run's own "
+                             f"token ({control.TOKEN_ENV} or --token-file)")
+        if code == grpc.StatusCode.INVALID_ARGUMENT:
+            return UserError(details)
+        return UserError(f"{self.run_dir}: the control plane answered {code.name}: {details}")
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def __enter__(self) -> "ControlClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,197 @@
+"""The control plane over real gRPC on loopback, against live tiny runs of the real CLI.
+
+One run is steered through a first segment (raise the budget, status, a wrong token,
+events, pause, bad budget changes, continue, stop) and resumed in a second segment
+bound beyond loopback with the user's token (lower the budget; the run ends exactly
+there; `atoll watch` follows it to the end).
+"""
+import json
+import threading
+import time
+
+import grpc
+import pytest
+
+from controller import control
+from controller.cli import UserError
+from controller.control_client import ControlClient
+from controller.control_server import pb, rpc
+from tests.controller.runs import CONFIG, TINY, atoll, committed_ids, counts, kill_group, proposed_texts, start
+
+TOKEN = "a-user-token-of-32-characters-xy"
+
+
+def wait_for(what, check, proc, limit=90.0):
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"the run ended early: {proc.communicate()}"
+        value = check()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def live_count(run_dir) -> int:
+    try:
+        return counts(run_dir)[0]
+    except Exception:  # noqa: BLE001  the archive may not hold a run yet
+        return 0
+
+
+def follow(client, kinds: list) -> threading.Thread:
+    def run():
+        for event in client.events():
+            kinds.append((event.kind, json.loads(event.detail_json)))
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.fixture(scope="module")
+def segment_one(tmp_path_factory):
+    """Start a run with 4 evaluations, steer it, stop it through the control plane; what was seen."""
+    tmp = tmp_path_factory.mktemp("control")
+    run_dir = tmp / "run"
+    seen = {"run_dir": run_dir, "tmp": tmp}
+    proc = start(tmp, "run", CONFIG, *TINY, "--set", "run.max_evals=4", "--run-dir", run_dir, "--no-report")
+    try:
+        record = wait_for("control.json", lambda: control.read_record(run_dir), proc, limit=180)
+        client = ControlClient(run_dir)
+        events: list = []
+        stream = follow(client, events)
+        seen["raised"] = client.set_budget("run.max_evals", "60")
+        seen["past_old_budget"] = wait_for("5 evaluations", lambda: live_count(run_dir) >= 5, proc)
+        seen["status"] = client.status()
+        seen["refused"] = _wrong_tokens(record)
+        seen["paused_after_wrong_tokens"] = client.status().paused
+        seen["pause"] = atoll(tmp, "pause", run_dir, timeout=60)
+        _check_pause_holds(client, run_dir, proc, seen)
+        seen["bad_cli"] = atoll(tmp, "set", run_dir, "run.max_evals=abc", timeout=60)
+        seen["bad_sets"] = [seen["bad_cli"].stderr]
+        seen["bad_sets"] += [_refusal(lambda item=item: client.set_budget(*item.split("=")))
+                             for item in ("run.seed=3", "run.max_evals=1", "mutator.llm.budget.calls=5")]
+        seen["continue"] = atoll(tmp, "continue", run_dir, timeout=60)
+        wait_for("progress after continue", lambda: live_count(run_dir) >= seen["held"] + 2, proc)
+        seen["stop"] = atoll(tmp, "stop", run_dir, timeout=60)
+        seen["out"], seen["err"] = proc.communicate(timeout=120)
+        seen["exit"] = proc.returncode
+        stream.join(timeout=30)
+        seen["events"] = events
+        seen["after"] = [atoll(tmp, "watch", run_dir, timeout=60)]
+        seen["after_client"] = _refusal(lambda: ControlClient(run_dir))
+    finally:
+        kill_group(proc)
+    return seen
+
+
+def _refusal(call) -> str:
+    try:
+        call()
+    except UserError as exc:
+        return f"atoll: {exc}"
+    return "accepted"
+
+
+def _wrong_tokens(record) -> dict:
+    """Calls with a wrong token, or none, over raw gRPC."""
+    stub = rpc.ControlStub(grpc.insecure_channel(control.client_address(record["address"])))
+    codes = {}
+    for name, metadata in (("wrong", ((control.TOKEN_HEADER, "x" * 32),)), ("none", ())):
+        for method, request in (("Pause", pb.PauseRequest()), ("Status", pb.StatusRequest())):
+            try:
+                getattr(stub, method)(request, metadata=metadata, timeout=30)
+                codes[f"{method} {name}"] = "OK"
+            except grpc.RpcError as exc:
+                codes[f"{method} {name}"] = exc.code()
+        try:
+            next(iter(stub.Events(pb.EventsRequest(), metadata=metadata, timeout=30)))
+        except grpc.RpcError as exc:
+            codes[f"Events {name}"] = exc.code()
+    return codes
+
+
+def _check_pause_holds(client, run_dir, proc, seen) -> None:
+    """Paused: what is in flight finishes and is committed, then nothing new starts."""
+    wait_for("in-flight work to finish", lambda: client.status().in_flight == 0, proc)
+    status = wait_for("everything finished to be committed",
+                      lambda: (s := client.status()).evaluations == live_count(run_dir) and s, proc)
+    seen["held"], seen["held_samples"] = status.evaluations, []
+    for _ in range(8):  # two seconds of a paused run with nothing in flight: nothing new may start
+        time.sleep(0.25)
+        s = client.status()
+        seen["held_samples"].append((s.paused, s.in_flight, s.evaluations, live_count(run_dir)))
+
+
+def test_every_call_works_on_a_live_run_and_a_wrong_token_is_refused(segment_one):
+    seen = segment_one
+    assert seen["raised"].startswith("run.max_evals = 60") and seen["past_old_budget"]
+    status = seen["status"]
+    budgets = {b.name: b for b in status.budgets}
+    assert budgets["evaluations"].limit == 60 and budgets["evaluations"].used >= 5
+    assert budgets["wall_s"].limit == 240 and budgets["wall_s"].left < 240
+    assert status.run_id and not status.paused and len(status.islands) == 2 and status.HasField("best")
+    assert status.evals_per_s > 0 and status.protections
+    codes = seen["refused"]
+    assert len(codes) == 6 and set(codes.values()) == {grpc.StatusCode.UNAUTHENTICATED}, codes
+    assert seen["paused_after_wrong_tokens"] is False
+    assert seen["pause"].returncode == 0 and seen["pause"].stdout.startswith("paused")
+    assert seen["held_samples"] and all(s == (True, 0, seen["held"], seen["held"]) for s in seen["held_samples"])
+    messages = [m.strip() for m in seen["bad_sets"]]
+    assert seen["bad_cli"].returncode == 2 and all("\n" not in m for m in messages)
+    assert messages[0] == "atoll: run.max_evals: Input should be a valid integer, unable to parse string as an integer"
+    assert messages[1].startswith("atoll: run.seed: not a budget that can change during a run")
+    assert messages[2] == (f"atoll: run.max_evals: 1 is below the {seen['held']} evaluations finished or under way; "
+                           f"give at least {seen['held']}")
+    assert messages[3] == ("atoll: mutator.llm.budget.calls: this run has no LLM models ([mutator.llm]), "
+                           "so it has no LLM budget")
+    assert seen["continue"].returncode == 0 and seen["continue"].stdout.startswith("resumed")
+    kinds = [kind for kind, _ in seen["events"]]
+    for kind in ("budget-set", "new-best", "paused", "resumed", "stopping", "ended"):
+        assert kind in kinds, kinds
+    assert seen["events"][-1] == ("ended", {"status": "interrupted"})
+
+
+def test_stop_commits_everything_and_resume_ends_exactly_at_a_lowered_budget(segment_one):
+    seen, run_dir, tmp = segment_one, segment_one["run_dir"], segment_one["tmp"]
+    assert seen["stop"].returncode == 0 and seen["stop"].stdout.startswith("stopping as on Ctrl-C")
+    assert seen["exit"] == 130 and f"Continue with: atoll resume {run_dir}" in seen["out"]
+    assert not (run_dir / control.RECORD).exists()
+    not_live = (f"atoll: {run_dir}: the run is not live (no driver is running it now); "
+                f"`atoll status {run_dir}` shows where it stands")
+    assert seen["after"][0].returncode == 2 and seen["after"][0].stderr.strip() == not_live
+    assert seen["after_client"] == not_live
+    stopped = len(committed_ids(run_dir))
+    assert seen["held"] + 2 <= stopped < 60
+    proc = start(tmp, "resume", run_dir, "--no-report", "--set", "control.host=0.0.0.0",
+                 ATOLL_CONTROL_TOKEN=TOKEN)
+    try:
+        record = wait_for("control.json", lambda: control.read_record(run_dir), proc, limit=180)
+        assert record["token"] is None and record["address"].startswith("0.0.0.0:")
+        no_token = atoll(tmp, "set", run_dir, "run.max_evals=30", timeout=60)
+        (tmp / "wrong").write_text("y" * 32)
+        wrong = atoll(tmp, "pause", run_dir, "--token-file", tmp / "wrong", timeout=60)
+        watch = start(tmp, "watch", run_dir, "--every", "1", ATOLL_CONTROL_TOKEN=TOKEN)
+        target = stopped + 6
+        lowered = atoll(tmp, "set", run_dir, f"run.max_evals={target}", timeout=60, ATOLL_CONTROL_TOKEN=TOKEN)
+        out, err = proc.communicate(timeout=150)
+        watched, _ = watch.communicate(timeout=60)
+    finally:
+        kill_group(proc)
+        if "watch" in locals():
+            kill_group(watch)
+    assert no_token.returncode == 2 and "needs its token: set ATOLL_CONTROL_TOKEN" in no_token.stderr
+    assert wrong.returncode == 2 and "refused the token (wrong or missing control token)" in wrong.stderr
+    assert lowered.returncode == 0, lowered.stderr
+    assert proc.returncode == 0 and f"search completed: {target} evaluations" in out, (out, err)
+    assert counts(run_dir) == (target, target) and proposed_texts(run_dir) == target
+    assert watch.returncode == 0 and "evaluations" in watched
+    assert 'ended {"status": "completed"}' in watched and watched.rstrip().endswith("the run ended: completed")
+
+
+def test_a_run_bound_beyond_loopback_without_a_token_is_refused_before_it_exists(tmp_path):
+    run_dir = tmp_path / "run"
+    refused = atoll(tmp_path, "run", CONFIG, "--set", "control.host=0.0.0.0", "--run-dir", run_dir, timeout=120)
+    assert refused.returncode == 2 and refused.stderr.strip().startswith(
+        "atoll: control.host=0.0.0.0 is not a loopback address, so the control plane needs a token")
+    assert not (run_dir / "archive.duckdb").exists()
