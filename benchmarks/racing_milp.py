@@ -78,6 +78,34 @@ def summary(run_dir: Path, log: str) -> dict:
             "heldout_vs_pscost": verdict.group(1) if verdict else "no verdict (see the log)"}
 
 
+def replayed(run_dir: Path, alpha: float, min_instances: int) -> dict:
+    """Racing replayed on the arm without it: each child's full per-instance scores fed to `Race.look` in
+    order against its parent's; how many it would stop, after how many instances, and how many of
+    those were not worse in full (full score >= parent's score): wrong stops, measured without reruns."""
+    from evaluators.racing import Race, RaceSpec, RaceStopped, RacingConfig
+
+    with DuckDBArchive(run_dir / "archive.duckdb", read_only=True) as archive:
+        rows = archive.con.execute(
+            "SELECT e.instance_scores, e.score, pe.instance_scores, pe.score FROM evaluations e "
+            "JOIN programs p USING (program_id) JOIN evaluations pe ON pe.program_id = p.parent_ids[1] "
+            "AND pe.split = 'search' AND pe.status = 'OK' WHERE e.split = 'search' AND e.status = 'OK'").fetchall()
+    config, stops, seen, wrong = RacingConfig(enabled=True, alpha=alpha, min_instances=min_instances), 0, 0, 0
+    lowest = []  # each child's smallest p-value over its looks, against the level of one look
+    for scores, score, parent, parent_score in rows:
+        race = Race(RaceSpec(config, "parent", tuple(parent), parent_score))
+        ps = [race._test(tuple(scores[:k]), len(scores))[0] for k in range(1, len(scores))
+              if race.due(k, len(scores))]
+        lowest.append(round(min((p for p in ps if p == p), default=1.0), 3))
+        try:
+            for k in range(1, len(scores) + 1):
+                race.look(scores[:k], len(scores))
+        except RaceStopped as stop:
+            stops, seen, wrong = stops + 1, seen + len(stop.seen), wrong + (score >= parent_score)
+    return {"children": len(rows), "would_stop": stops, "instances_seen_when_stopped": seen,
+            "would_stop_wrongly": wrong, "level_per_look": round(alpha / max(Race(RaceSpec(config, "")).looks(
+                len(rows[0][0])) if rows else 1, 1), 4), "smallest_p_per_child": sorted(lowest)}
+
+
 def raced_sample(run_dir: Path, count: int) -> tuple[list[dict], dict, str]:
     """Up to `count` raced programs (evenly spread over the run) with their parent's score; config; run id."""
     with DuckDBArchive(run_dir / "archive.duckdb", read_only=True) as archive:
@@ -123,12 +151,19 @@ def main() -> None:
     parser.add_argument("--wall", type=float, default=240, help="sandbox wall-clock limit per evaluation")
     parser.add_argument("--seed", type=int, default=11, help="run.replay_seed of both arms (the same data)")
     parser.add_argument("--work", default=None, help="keep the run directories here (default: a temp dir)")
+    parser.add_argument("--summarize", action="store_true", help="print the figures of the runs already in --work")
     args = parser.parse_args()
     work = Path(args.work or tempfile.mkdtemp(prefix="racing-milp-"))
     work.mkdir(parents=True, exist_ok=True)
     print(f"work dir {work}; budget {args.budget:g} s per arm; setcover {args.size} x {args.instances} search "
           f"instances, {args.heldout} held out; racing alpha {args.alpha}, min_instances {args.min_instances}")
     print(f"load before: {os.getloadavg()}", flush=True)
+    if not args.summarize:
+        run_arms(args, work)
+    report(args, work)
+
+
+def run_arms(args, work: Path) -> None:
     start_time = time.monotonic()
     procs = {False: start(args, False, work)}
     wait_for_ray(work / "full.log", procs[False])  # two Ray heads started at the same instant can pick one port
@@ -138,9 +173,14 @@ def main() -> None:
         if proc.returncode != 0:
             sys.exit(f"arm racing={racing} exited {proc.returncode}; see {work}")
     print(f"both arms done in {time.monotonic() - start_time:.0f} s; load after: {os.getloadavg()}")
+
+
+def report(args, work: Path) -> None:
     for racing in (False, True):
         log = (work / f"{'racing' if racing else 'full'}.log").read_text()
         print(f"racing {'on ' if racing else 'off'}: {json.dumps(summary(work / ('on' if racing else 'off'), log))}")
+    print(f"racing replayed on the full evaluations of the arm without it: "
+          f"{json.dumps(replayed(work / 'off', args.alpha, args.min_instances))}")
     picked, stored, run_id = raced_sample(work / "on", args.rerun)
     if not picked:
         print("racing stopped nothing: no wrong stops to count")
