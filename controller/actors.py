@@ -78,7 +78,8 @@ def connect(address: str | None, num_cpus: int | None = None) -> dict:
     if address:
         join(address, env, source)  # a bad address is one line, before the run exists
     else:
-        # "local": a fresh Ray of this run's own, never a cluster some other `ray start` left on this machine
+        # "local": start a Ray of our own; without it ray.init() joins any Ray whose GCS process it
+        # sees on the machine (another run's, possibly in another network namespace, where it hangs)
         ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, runtime_env=env,
                  log_to_driver=False, configure_logging=False)
     return ray.cluster_resources()

@@ -200,6 +200,7 @@ def _report(archive, run_id, domain, evaluators, run_dir, new_evaluator) -> int:
     """The held-out table; Ctrl-C (or SIGTERM) stops it with what finished kept."""
     from controller.report import heldout_report
 
+    _racing_summary(archive, run_id)
     try:
         heldout_report(archive, run_id, domain, evaluators, console, new_evaluator)
     except KeyboardInterrupt:
@@ -208,6 +209,18 @@ def _report(archive, run_id, domain, evaluators, run_dir, new_evaluator) -> int:
                       soft_wrap=True)  # one line: the command must survive copy and paste
         return 130
     return 0
+
+
+def _racing_summary(archive, run_id) -> None:
+    """One line on the search evaluations racing stopped early (none: nothing printed)."""
+    raced, seen, total, seconds = archive.con.execute(
+        "SELECT count(*), sum(CAST(json_extract(metrics, '$.instances_seen') AS INTEGER)), "
+        "sum(CAST(json_extract(metrics, '$.instances') AS INTEGER)), sum(duration_s) FROM evaluations "
+        "WHERE run_id = ? AND split = 'search' AND status = 'RACED'", [run_id]).fetchone()
+    if raced:
+        console.print(f"racing: {raced} search evaluations stopped early as clearly worse than their parent "
+                      f"({seen} of {total} instances scored, {seconds:.0f} s); they are partial, never a best "
+                      "(SQL: SELECT * FROM raced)", soft_wrap=True)
 
 
 def cmd_report(args) -> int:
@@ -245,7 +258,8 @@ def cmd_status(args) -> int:
     sql = ("SELECT r.run_id, r.status, r.started_at, r.ended_at, "
            "(SELECT count(*) FROM evaluations e WHERE e.run_id = r.run_id AND split = 'search') AS evals, "
            "(SELECT max(score) FROM evaluations e WHERE e.run_id = r.run_id AND split = 'search' "
-           "AND status = 'OK') AS best, array_to_string(r.protections, ', ') AS sandbox FROM runs r "
+           "AND status = 'OK') AS best, (SELECT count(*) FROM evaluations e WHERE e.run_id = r.run_id "
+           "AND split = 'search' AND status = 'RACED') AS raced, array_to_string(r.protections, ', ') AS sandbox FROM runs r "
            "ORDER BY started_at")
     try:
         cols, rows, note = _query(run_dir, sql)

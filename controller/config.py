@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from controller.control import ControlConfig
 from evaluators.registry import DomainConfig, DomainLoadError
+from evaluators.racing import RacingConfig
 from evaluators.sandbox.config import SandboxConfig
 from islands.config import IslandsConfig
 from workers.config import EmbeddedMutatorConfig
@@ -54,6 +55,8 @@ class EvaluatorConfig(_Strict):
 
     actors: int = Field(0, ge=0, le=512, description="Evaluator actors; 0 means one per CPU of the cluster.")
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="Limits for each candidate's process.")
+    racing: RacingConfig = Field(default_factory=RacingConfig, description="Stop search evaluations early once "
+                                 "they are clearly worse than their parent (evaluators.racing); off by default.")
 
 
 class ControllerConfig(_Strict):

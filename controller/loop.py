@@ -24,6 +24,7 @@ from controller.progress import Progress
 from controller.proposals import Proposals
 from controller.resume import islands_snapshot, load_islands
 from evaluators.params import write_params
+from evaluators.racing import RaceSpec
 from evaluators.registry import get_domain
 from islands.population import Member
 from store.records import Candidate, EvalResult, MutationRequest, Status
@@ -49,6 +50,7 @@ class Search:
         self.known = archive.known_hashes(run_id)  # compact: 8 bytes a program
         self.done = archive.count_evaluations(run_id, "search")
         self.failures = 0
+        self.raced = 0  # search evaluations stopped early by racing, this segment
         self.parent_scores: dict[str, float | None] = {}  # in-flight candidate -> its parent's score
         self.hide = hide
         self.deaths = faults.Deaths(config.controller.actor_death_retries)
@@ -81,8 +83,24 @@ class Search:
     def _submit_eval(self, candidate: Candidate, split: str = "search") -> None:
         i = min(self.load, key=self.load.get)
         self.load[i] += 1
-        ref = self.evaluators[i].evaluate.remote(candidate.program_id, candidate.code, split)
+        race = self._race_spec(candidate) if split == "search" else None
+        ref = self.evaluators[i].evaluate.remote(candidate.program_id, candidate.code, split, race)
         self.pending[ref] = ("eval" if split == "search" else "heldout", candidate, i)
+
+    def _race_spec(self, candidate: Candidate) -> RaceSpec | None:
+        """What a child races against (`evaluator.racing`): its parent's per-instance search scores
+        while the parent is on the island, else the parent's score; None for the seed or when off.
+        Trusted side only: the spec goes to the evaluator, never into the candidate's process."""
+        config = self.config.evaluator.racing
+        if not config.enabled or not candidate.parent_ids:
+            return None
+        parent_id = candidate.parent_ids[0]
+        island = self.islands.islands[candidate.island]
+        member = next((m for m in island.members() if m.program_id == parent_id), None) \
+            if island.contains(parent_id) else None
+        threshold = member.score if member is not None else self._parent_score(candidate)
+        scores = tuple(member.instance_scores) if member is not None else ()
+        return RaceSpec(config, parent_id, scores, threshold) if scores or threshold is not None else None
 
     def _submit_mutation(self) -> bool:
         """One request to a source with room (embedded, or an LLM by the island's weights); False if none has."""
@@ -309,6 +327,8 @@ class Search:
             return
         if result.status == Status.OK:
             self._add_member(candidate.island, candidate, result)
+        elif result.status == Status.RACED:  # a partial evaluation: never a member, never a best
+            self.raced += 1
         else:
             self.failures += 1
         for event in self.islands.on_generation(candidate.island):

@@ -34,6 +34,7 @@ class Progress:
         bests = s.islands.island_bests()
         return {"evals": s.done + len(s.results), "rate": finished / max(elapsed, 1e-9),
                 "failure_rate": s.failures / max(finished, 1), "best": s.best_score,
+                "raced": getattr(s, "raced", 0),
                 "bests": bests, "elapsed": elapsed,
                 "left_s": max(0.0, self.max_wall_s - elapsed), "in_flight": s.in_flight()}
 
@@ -45,13 +46,14 @@ class Progress:
             self._last_line = time.monotonic()
             best = "-" if f["best"] is None else f"{f['best']:.4f}"
             print(f"[atoll] {f['evals']}/{self.max_evals} evals  {f['rate']:.2f}/s  best {best}  "
-                  f"failures {f['failure_rate']:.0%}  elapsed {f['elapsed']:.0f}s  left {f['left_s']:.0f}s",
+                  f"failures {f['failure_rate']:.0%}  raced {f['raced']}  elapsed {f['elapsed']:.0f}s  left {f['left_s']:.0f}s",
                   file=sys.stderr, flush=True)
 
     def _table(self, f: dict) -> Table:
         table = Table(title=f"atoll: {f['evals']}/{self.max_evals} evaluations", show_header=False)
         table.add_row("evaluations/s", f"{f['rate']:.2f}")
         table.add_row("failure rate", f"{f['failure_rate']:.0%}")
+        table.add_row("raced (stopped early)", str(f["raced"]))
         table.add_row("in flight", str(f["in_flight"]))
         table.add_row("elapsed / left", f"{f['elapsed']:.0f} s / {f['left_s']:.0f} s")
         for i, b in enumerate(f["bests"]):

@@ -59,6 +59,10 @@ class Domain(abc.ABC):
     # What each number of `Outcome.descriptors` measures, in order (MAP-Elites bins them; the
     # config's bounds are checked against it). None: not declared, so not checked.
     descriptor_names: ClassVar[tuple[str, ...] | None] = None
+    # True: `evaluate` takes `race=` (an `evaluators.racing.Race`) on the search split, scores
+    # its instances in order and calls `race.look(scores so far, instance count)` after each one
+    # where the search score is a mean over instances (no tuning trial picks the best).
+    racing: ClassVar[bool] = False
     # The run's secret randomness, set by `registry.get_domain`: every stream a score
     # depends on derives from it (never from a seed a candidate could know).
     secrets: RunSecrets

@@ -12,6 +12,7 @@ import time
 from evaluators._base import CandidateError
 from evaluators.sandbox.config import SandboxConfig
 from evaluators.params import ProgramFormatError, entry_point_ok, read_params
+from evaluators.racing import Race, RaceSpec, RaceStopped, race_for
 from evaluators.registry import DomainConfig, domain_folders, get_domain
 from evaluators.sandbox.process import PolicyProcess, clip
 from evaluators.secrets import RunSecrets
@@ -30,10 +31,15 @@ class Evaluator:
         self.sandbox = sandbox
         self.hide = tuple(hide) + tuple(self.domain.sandbox_hide()) + domain_folders(self.domain)
 
-    def evaluate(self, program_id: str, code: str, split: str) -> EvalResult:
+    def evaluate(self, program_id: str, code: str, split: str, race: RaceSpec | None = None) -> EvalResult:
+        """`race`: the parent to race against (search split only, domains with `racing`); a stopped
+        race is a RACED result with the instances seen, never a score."""
         start = time.monotonic()
         try:
-            outcome = self._score(code, split)
+            outcome = self._score(code, split, race_for(race, split) if self.domain.racing else None)
+        except RaceStopped as exc:
+            return EvalResult(program_id, split, Status.RACED, error=exc.reason, metrics=exc.metrics(),
+                              instance_scores=exc.seen, duration_s=time.monotonic() - start)
         except CandidateError as exc:
             return EvalResult(program_id, split, exc.status, error=clip(exc.reason),
                               duration_s=time.monotonic() - start)
@@ -46,7 +52,7 @@ class Evaluator:
         """The domain's reference figures for `split` (trusted code, so measured here, beside the programs)."""
         return self.domain.reference(split)
 
-    def _score(self, code: str, split: str):
+    def _score(self, code: str, split: str, race: Race | None):
         try:
             params = read_params(code)
         except (ProgramFormatError, SyntaxError) as exc:
@@ -55,4 +61,6 @@ class Evaluator:
             raise CandidateError(Status.INVALID, f"the program defines no function {self.domain.entry_point}()")
         with PolicyProcess(code, self.domain.entry_point, self.sandbox, self.hide,
                            self.domain.program_modules()) as policy:
-            return self.domain.evaluate(policy, params, split)
+            if race is None:
+                return self.domain.evaluate(policy, params, split)
+            return self.domain.evaluate(policy, params, split, race=race)

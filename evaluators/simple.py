@@ -124,6 +124,7 @@ class SimpleDomain(Domain):
     """A domain from instances and a simulator; see the module's docstring for the contract."""
 
     config_model: ClassVar[type[SimpleOptions]] = SimpleOptions
+    racing = True  # search evaluations without tuning (no PARAMS, or tune_trials = 1) are raced
     baseline_programs: ClassVar[dict[str, str]] = {}
     # (name, template, params) the embedded mutator may wrap around a return expression: the
     # template holds {expr} and {p0}, {p1}... for new PARAMS given as (name, default, low, high).
@@ -176,8 +177,11 @@ class SimpleDomain(Domain):
 
     # -- scoring ----------------------------------------------------------------------------
 
-    def evaluate(self, policy: PolicyFn, params: dict[str, ParamSpec], split: str) -> Outcome:
+    def evaluate(self, policy: PolicyFn, params: dict[str, ParamSpec], split: str, race=None) -> Outcome:
+        """`race`: raced on the search split when no tuning picks among trials (no PARAMS, or one trial)."""
         check_split(split)
+        if race is not None and split == "search" and (not params or self.config.tune_trials == 1):
+            return self._raced(policy, params, race)
         values, scores, descriptors, trials = {}, None, None, 0
         if params:
             values, scores, descriptors, trials = self._tune(policy, params, self.split_instances("search"))
@@ -186,6 +190,22 @@ class SimpleDomain(Domain):
         instances = self.split_instances(split)
         played, actions = self._play(policy, instances, [values])
         return self._outcome(instances, played[0], actions.descriptors(slice(None)), values, params, trials)
+
+    def _raced(self, policy: PolicyFn, params: dict[str, ParamSpec], race) -> Outcome:
+        """The search instances in chunks (one simulate() call each), a look after each chunk."""
+        instances, values = self.split_instances("search"), {n: p.default for n, p in params.items()}
+        scores, moments, start = [], np.zeros(3), 0
+        while start < len(instances):
+            stop = next((k for k in range(start + 1, len(instances)) if race.due(k, len(instances))), len(instances))
+            played, actions = self._play(policy, instances[start:stop], [values])
+            scores.extend(played[0])
+            moments += (actions.sums.sum(), actions.squares.sum(), actions.counts.sum())
+            race.look(scores, len(instances))
+            start = stop
+        count = max(moments[2], 1.0)
+        mean = moments[0] / count
+        descriptors = (float(mean), float(np.sqrt(max(moments[1] / count - mean * mean, 0.0))))
+        return self._outcome(instances, np.asarray(scores), descriptors, values, params, int(bool(params)))
 
     def _play(self, policy: PolicyFn, instances: list, trials: list[dict]) -> tuple[np.ndarray, _Actions]:
         """Scores of every (trial, instance) pair, shape (trials, instances), from one simulate() call."""

@@ -18,6 +18,8 @@ class Status(str, enum.Enum):
     FAILED = "FAILED"  # the candidate raised, crashed or broke a resource limit
     TIMEOUT = "TIMEOUT"  # the wall-clock or CPU limit killed it
     INVALID = "INVALID"  # it answered, but with wrong types, NaN or out-of-range actions
+    RACED = "RACED"  # stopped early as clearly worse than its parent (evaluators.racing): a partial
+    # evaluation, no score; metrics hold the reason and the instances seen
 
 
 def code_hash(code: str) -> str:

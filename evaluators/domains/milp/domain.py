@@ -128,6 +128,7 @@ class Milp(Domain):
     name = "milp"
     config_model = MilpConfig
     descriptor_names = ("log node ratio to default", "chosen infeasibility x 2")
+    racing = True  # the search split without tuning; with tune_trials > 0 the best trial is the score
 
     def __init__(self, config: MilpConfig):
         self.config = config
@@ -191,27 +192,36 @@ class Milp(Domain):
 
     # -- scoring ----------------------------------------------------------------------------
 
-    def evaluate(self, policy: PolicyFn, params: dict[str, ParamSpec], split: str) -> Outcome:
+    def evaluate(self, policy: PolicyFn, params: dict[str, ParamSpec], split: str, race=None) -> Outcome:
+        """`race` (search split, no tuning): a look after each instance's runs (`evaluators.racing`)."""
         runs = self.runs(check_split(split))
         values = {n: p.default for n, p in params.items()}
         searchlike = split != "heldout"  # validation: the search protocol on its own instances
         paired = (self.config.search_default if searchlike else self.config.heldout_default) == "paired"
         if searchlike and params and self.config.tune_trials > 0:
-            values, records = self._tune(policy, params, runs, split)
-        elif paired:
-            return self._outcome(runs, *self._solve_paired(policy, values, runs), values)
+            values, records = self._tune(policy, params, runs, split)  # best trial: never raced
         else:
-            records = self._solve_all(policy, values, runs)
+            records, default = self._solve_runs(policy, values, runs, split, paired, race)
+            if paired:
+                return self._outcome(runs, records, default, values)
         # measured after the program's runs, never before its first call: a program cannot
         # load the machine while the default is timed and stop when its own runs begin
         return self._outcome(runs, records, self.builtin("scip default", split), values)
 
-    def _solve_paired(self, policy, values, runs) -> tuple[list[SolveRecord], list[SolveRecord]]:
-        """Each run with the program, then at once with SCIP default: both under the same load."""
+    def _solve_runs(self, policy, values, runs, split, paired, race) -> tuple[list[SolveRecord], list[SolveRecord]]:
+        """The program's runs in order; paired: each then at once with SCIP default, under the same load.
+
+        With a race, a look after each instance's runs at the per-instance scores so far.
+        """
         limit, clock, records, default = self.config.time_limit_s, self.config.clock, [], []
-        for run in runs:
+        total = len({run.label for run in runs})
+        for i, run in enumerate(runs):
             records.append(solve(run.path, run.shift, limit, policy=policy, params=values, clock=clock))
-            default.append(solve(run.path, run.shift, limit, clock=clock))
+            if paired:
+                default.append(solve(run.path, run.shift, limit, clock=clock))
+            if race is not None and (i + 1 == len(runs) or runs[i + 1].label != run.label):
+                ref = default if paired else self.builtin("scip default", split)
+                race.look(self._instance_scores(runs[:i + 1], records, ref), total)
         return records, default
 
     def _solve_all(self, policy, values, runs) -> list[SolveRecord]:
@@ -239,14 +249,16 @@ class Milp(Domain):
         node_ratio = sgm([r.nodes for r in records], NODE_SHIFT) / sgm([d.nodes for d in default], NODE_SHIFT)
         return time_ratio, node_ratio
 
+    def _instance_scores(self, runs, records, default) -> list[float]:
+        """Minus each instance's time ratio to SCIP default, over its SCIP seeds (the first len(runs) runs)."""
+        labels = list(dict.fromkeys(run.label for run in runs))
+        return [-self._ratios(*zip(*[(records[i], default[i]) for i, run in enumerate(runs) if run.label == label]))[0]
+                for label in labels]
+
     def _outcome(self, runs, records, default, values) -> Outcome:
         shift = self.config.time_shift_s
         time_ratio, node_ratio = self._ratios(records, default)
-        labels = list(dict.fromkeys(run.label for run in runs))
-        per_instance = []
-        for label in labels:
-            idx = [i for i, run in enumerate(runs) if run.label == label]
-            per_instance.append(-self._ratios([records[i] for i in idx], [default[i] for i in idx])[0])
+        per_instance = self._instance_scores(runs, records, default)
         total_time = sum(r.time_s for r in records)
         calls = sum(r.calls for r in records)
         chosen = [r.chosen_infeasibility for r in records if r.calls]

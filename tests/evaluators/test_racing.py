@@ -1,0 +1,123 @@
+"""Racing (evaluators/racing.py): real SCIP on tiny set cover instances, and a deterministic simple domain."""
+import numpy as np
+import pydantic
+import pytest
+
+from evaluators.domains.milp.programs import SEED_PROGRAM
+from evaluators.evaluator import Evaluator
+from evaluators.racing import Race, RaceSpec, RacingConfig
+from evaluators.registry import DomainConfig
+from evaluators.sandbox.config import SandboxConfig
+from evaluators.secrets import RunSecrets
+from store.records import Status
+
+ON = RacingConfig(enabled=True, alpha=0.05, min_instances=4)
+# Set cover, replay seed 2024, search instances 4-9: each branches (3 to 61 policy calls with the seed), so a
+# program that sleeps 0.5 s at every call takes 3 to 7 times SCIP default's time on every one of them (the
+# 2 s limit caps it); SCIP default measured once (cached). Looks after 4 and 5 instances, each at 0.025.
+MILP = {"search_size": "fast", "search_instances": 6, "search_offset": 4, "scip_seeds": 1, "time_limit_s": 2,
+        "search_default": "cached", "reference_rules": ["scip default"]}
+SLOW = SEED_PROGRAM.replace("import numpy as np\n", "import time\n\nimport numpy as np\n").replace(
+    "def policy(state, params):\n", "def policy(state, params):\n    time.sleep(0.5)\n")
+
+
+@pytest.fixture(scope="module")
+def milp(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ATOLL_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+    evaluator = Evaluator("milp", MILP, SandboxConfig(wall_s=60), secrets=RunSecrets.fixed(2024))
+    seed = evaluator.evaluate("seed", SEED_PROGRAM, "search")
+    assert seed.status == Status.OK and len(seed.instance_scores) == 6
+    yield evaluator, seed
+    mp.undo()
+
+
+def test_a_clearly_worse_milp_candidate_is_stopped_early_with_its_reason_and_the_instances_seen(milp):
+    evaluator, seed = milp
+    raced = evaluator.evaluate("slow", SLOW, "search", RaceSpec(ON, "seed", seed.instance_scores, seed.score))
+    assert raced.status == Status.RACED and raced.score is None
+    assert raced.metrics["raced"] is True and raced.metrics["instances_seen"] == 4 and raced.metrics["instances"] == 6
+    assert len(raced.instance_scores) == 4 and raced.metrics["partial_mean"] < -2.0  # at least twice default's time
+    assert raced.metrics["p_value"] < 0.025 and "clearly worse than parent seed after 4 of 6 instances" in raced.error
+    assert raced.error == raced.metrics["reason"]
+
+
+def test_a_better_milp_candidate_is_evaluated_in_full(milp):
+    evaluator, seed = milp
+    # the parent's stored per-instance scores: three times SCIP default's time on every instance
+    parent = tuple(-3.0 for _ in seed.instance_scores)
+    child = evaluator.evaluate("child", SEED_PROGRAM, "search", RaceSpec(ON, "slow", parent, -3.0))
+    assert child.status == Status.OK and len(child.instance_scores) == 6 and "raced" not in child.metrics
+
+
+def test_held_out_evaluations_never_race(milp):
+    evaluator, seed = milp
+    assert Race(RaceSpec(ON, "seed", seed.instance_scores)).looks(6) == 2
+    from evaluators.racing import race_for
+    assert race_for(RaceSpec(ON, "seed", seed.instance_scores), "heldout") is None
+    assert race_for(RaceSpec(RacingConfig(), "seed", seed.instance_scores), "search") is None  # off by default
+
+
+# A deterministic simple domain: eight instances, each a target x; the score is -(action - x)^2.
+TARGETS = '''\
+from evaluators.simple import SimpleDomain
+
+SEED = "def act(state, params):\\n    return state['x']\\n"
+
+
+class Targets(SimpleDomain):
+    name = "targets"
+    entry_point = "act"
+    seed_program = SEED
+    baseline_programs = {"seed": SEED}
+    action_shape = ()
+
+    def instances(self, split, rng):
+        return [float(x) for x in rng.uniform(-1, 1, size=8)]
+
+    def simulate(self, instances, policy):
+        return [-(float(a) - x) ** 2 for a, x in zip(policy([{"x": x} for x in instances]), instances)]
+'''
+EXACT = "def act(state, params):\n    return state['x']\n"
+OFF = "def act(state, params):\n    return state['x'] + 0.5 + 0.1 * state['x']\n"
+TUNED_OFF = "PARAMS = {'b': (0.5, 0.0, 1.0)}\n\ndef act(state, params):\n    return state['x'] + params['b']\n"
+
+
+@pytest.fixture(scope="module")
+def simple():
+    return Evaluator(DomainConfig(source=TARGETS), {}, SandboxConfig(wall_s=30), secrets=RunSecrets.fixed(7))
+
+
+def test_a_simple_domain_races_without_tuning_and_an_equal_candidate_runs_in_full(simple):
+    parent = simple.evaluate("p", EXACT, "search")
+    spec = RaceSpec(ON, "p", parent.instance_scores, parent.score)
+    equal = simple.evaluate("c", EXACT, "search", spec)
+    assert equal.status == Status.OK and equal.score == parent.score
+    assert equal.instance_scores == parent.instance_scores and equal.descriptors == pytest.approx(parent.descriptors)
+    worse = simple.evaluate("w", OFF, "search", spec)
+    assert worse.status == Status.RACED and worse.metrics["instances_seen"] == 4 and worse.score is None
+
+
+def test_a_tuned_simple_search_score_is_the_best_trial_so_it_is_never_raced(simple):
+    parent = simple.evaluate("p", EXACT, "search")
+    tuned = simple.evaluate("t", TUNED_OFF, "search", RaceSpec(ON, "p", parent.instance_scores, parent.score))
+    assert tuned.status == Status.OK and len(tuned.instance_scores) == 8
+
+
+def test_without_per_instance_scores_the_parent_score_is_the_bar():
+    race = Race(RaceSpec(ON, "p", (), threshold=-0.1))
+    race.look([-0.1, -0.12], 8)  # too few instances: no look
+    with pytest.raises(Exception, match="parent p's score -0.1 after 4 of 8"):
+        race.look([-1.0, -1.1, -0.9, -1.2], 8)
+    race.look([-0.05, -0.2, -0.1, -0.12], 8)  # not clearly worse
+
+
+def test_the_racing_config_is_validated():
+    with pytest.raises(pydantic.ValidationError, match="alpha"):
+        RacingConfig(alpha=0.7)
+    with pytest.raises(pydantic.ValidationError, match="min_instances"):
+        RacingConfig(min_instances=1)
+    with pytest.raises(pydantic.ValidationError, match="unknown|Extra"):
+        RacingConfig(alfa=0.1)
+    assert not RacingConfig().enabled and Race(RaceSpec(ON, "p")).looks(3) == 0
+    assert np.isclose(Race(RaceSpec(RacingConfig(min_instances=3, chunk=2), "p")).looks(8), 3)
