@@ -13,7 +13,7 @@ Printed per case: proposals/s (N / wall), overhead per proposal in ms
 ((wall - sum of evaluation work / 2) / N, the work being the 200 ms the domain burns,
 0 for no-op), evaluations/s against the ideal 10 (200 ms case), peak memory of the
 whole process tree (driver, Ray's processes and workers, fork servers, sandboxes: the
-sum of their RSS, sampled every 50 ms), the cost per proposal in each fifth of the run,
+sum of their RSS, sampled every 250 ms), the cost per proposal in each fifth of the run,
 and the load average. The wall runs from the first proposal's arrival to the last
 commit (Ray's start-up and the seed's evaluation are printed apart).
 The held-out check of new bests is off (peers have none); the LLM server runs in
@@ -162,17 +162,35 @@ class StepServer:
         self.server.server_close()
 
 
-def tree_rss(proc: psutil.Process) -> int:
-    total = 0
+def tree_memory(proc: psutil.Process, cpu: dict) -> tuple[int, int]:
+    """(sum of RSS, sum of PSS) of `proc` and its descendants; records each one's CPU seconds in `cpu`."""
+    rss = pss = 0
     for p in [proc, *proc.children(recursive=True)]:
         try:
-            total += p.memory_info().rss
+            info = p.memory_full_info()
+            times = p.cpu_times()
+            role = _role(p)  # a fork server's reaped children are its candidates' processes
+            extra = times.children_user + times.children_system if role == "fork server" else 0.0
+            cpu[p.pid] = (role, times.user + times.system)
+            if extra:
+                cpu[-p.pid] = ("sandboxes", extra)
         except psutil.Error:
-            pass
-    return total
+            continue
+        rss, pss = rss + info.rss, pss + info.pss
+    return rss, pss
 
 
-def run_case(url: str, evals: int, work_ms: float, llm_in_flight: int, extra: list[str]) -> dict:
+def _role(p: psutil.Process) -> str:
+    line = " ".join(p.cmdline())
+    for key, role in (("-m controller", "driver"), ("--zygote", "fork server"), ("gcs_server", "ray gcs"),
+                      ("raylet", "raylet"), ("default_worker", "ray workers")):
+        if key in line:
+            return role
+    return p.name()[:20]
+
+
+def run_case(url: str, evals: int, work_ms: float, llm_in_flight: int, extra: list[str],
+             profile: str | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="atoll-loop-") as tmp:
         tmp = Path(tmp)
         (tmp / "const.py").write_text(DOMAIN)
@@ -182,18 +200,30 @@ def run_case(url: str, evals: int, work_ms: float, llm_in_flight: int, extra: li
         cmd = [sys.executable, "-m", "controller", "run", "bench.toml", "--run-dir", "run", "--no-report"]
         for item in extra:
             cmd += ["--set", item]
-        start, peak = time.monotonic(), 0
-        proc = subprocess.Popen(cmd + [], cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        if profile:  # every process of the tree, as collapsed stacks (py-spy's raw format)
+            cmd = ["py-spy", "record", "--subprocesses", "--nonblocking", "-r", "200", "-f", "raw",
+                   "-o", str(Path(profile).resolve() / f"loop-{evals - 1}-{work_ms:g}ms.txt"), "--", *cmd]
+        start, peak, peak_pss, cpu = time.monotonic(), 0, 0, {}
+        proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True)
         watched = psutil.Process(proc.pid)
         while proc.poll() is None:
-            peak = max(peak, tree_rss(watched))
-            time.sleep(0.05)
+            rss, pss = tree_memory(watched, cpu)
+            peak, peak_pss = max(peak, rss), max(peak_pss, pss)
+            time.sleep(0.25)
         output = proc.stdout.read()
         total = time.monotonic() - start
         if proc.returncode != 0:
             raise SystemExit(f"atoll run exited {proc.returncode}:\n{output[-3000:]}")
-        return dict(figures(tmp / "run" / "archive.duckdb", work_ms / 1000), peak_mb=peak / 2**20, total_s=total)
+        return dict(figures(tmp / "run" / "archive.duckdb", work_ms / 1000), peak_mb=peak / 2**20, peak_pss_mb=peak_pss / 2**20,
+                    total_s=total, cpu=_by_role(cpu))
+
+
+def _by_role(cpu: dict) -> dict:
+    roles: dict = {}
+    for role, seconds in cpu.values():
+        roles[role] = roles.get(role, 0.0) + seconds
+    return dict(sorted(roles.items(), key=lambda kv: -kv[1]))
 
 
 def figures(archive: Path, work_s: float) -> dict:
@@ -227,7 +257,10 @@ def show(label: str, work_ms: float, r: dict) -> None:
           f"mean evaluation (evaluator's clock, sandbox included) {1000 * r['eval_s']:.1f} ms")
     if work_ms:
         print(f"  evaluations/s {r['rate']:.2f} of ideal {2000 / work_ms:.0f}")
-    print(f"  peak memory of the process tree {r['peak_mb']:.0f} MB (sum of RSS)")
+    print(f"  peak memory of the process tree {r['peak_mb']:.0f} MB (sum of RSS; {r['peak_pss_mb']:.0f} MB "
+          "counting shared pages once, PSS)")
+    print("  CPU seconds of the whole command by process: "
+          + ", ".join(f"{k} {v:.1f}" for k, v in r["cpu"].items()))
     print("  overhead per proposal by fifth of the run (ms): " + ", ".join(f"{f:.1f}" for f in r["fifths_ms"]))
 
 
@@ -238,6 +271,7 @@ def main(argv=None) -> None:
                         help="CPU ms per evaluation for each case (default: 0 and 200)")
     parser.add_argument("--llm-in-flight", type=int, default=4, help="LLM requests in flight (max_in_flight)")
     parser.add_argument("--set", action="append", default=[], help="more config overrides for atoll run")
+    parser.add_argument("--profile", metavar="DIR", help="record every process with py-spy into DIR (slower)")
     args = parser.parse_args(argv)
     server = StepServer()
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
@@ -245,7 +279,7 @@ def main(argv=None) -> None:
         for work_ms in args.work_ms:
             for n in args.proposals:
                 label = f"{'no-op' if not work_ms else f'{work_ms:g} ms CPU'} evaluation, {n} proposals"
-                show(label, work_ms, run_case(server.url, n + 1, work_ms, args.llm_in_flight, args.set))
+                show(label, work_ms, run_case(server.url, n + 1, work_ms, args.llm_in_flight, args.set, args.profile))
                 print(f"  load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     finally:
         server.close()

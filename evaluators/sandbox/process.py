@@ -42,7 +42,8 @@ def reply_bounds(batches: list) -> tuple[list[int], int]:
 def _numbers(state) -> int:
     """How many numbers a state holds (a dict of arrays, or one array)."""
     values = state.values() if isinstance(state, dict) else (state,)
-    return sum(int(np.size(v)) for v in values)
+    return sum(v.size if type(v) is np.ndarray else 1 if type(v) in (int, float, bool) else int(np.size(v))
+               for v in values)
 
 
 def clip(text: str, limit: int = TEXT_CHARS) -> str:
@@ -80,6 +81,7 @@ class PolicyProcess:
         self._server: server.Zygote | None = None
         self._to_child = self._from_child = None  # our ends of the two pipes
         self._log = None  # the candidate's stdout and stderr
+        self._buffer = bytearray()  # read from the candidate, not yet taken
 
     def __enter__(self) -> "PolicyProcess":
         try:
@@ -99,6 +101,7 @@ class PolicyProcess:
         ready = server.take(key, spec)
         self._pid, self._server, self._log = ready.pid, ready.server, ready.log
         self._to_child, self._from_child = ready.to_child, ready.from_child
+        os.set_blocking(self._to_child, False)
         self._deadline = time.monotonic() + self.limits.wall_s
         reply = self._exchange({"code": self.code, "entry": self.entry_point}, None, "start-up")
         if self.spare:  # the next candidate's process confines itself while this one runs
@@ -120,7 +123,7 @@ class PolicyProcess:
     def __call__(self, batches: list) -> list:
         """Send a list of (state, params) batches; return the policy's action arrays."""
         self.calls += 1
-        reply = self._exchange({"batches": batches}, batches, "wall-clock")
+        reply = self._exchange(wire.flat_batches(batches) or {"batches": batches}, batches, "wall-clock")
         if "error" in reply:
             raise CandidateError(Status.FAILED, "the policy raised:\n" + clip(reply["error"], 3500))
         actions = reply["actions"]
@@ -141,23 +144,25 @@ class PolicyProcess:
             raise CandidateError(Status.INVALID, f"malformed reply from the program: {exc}") from None
 
     def _write(self, data: bytes, deadline: float, clock: str) -> None:
-        while data:
-            self._wait(self._to_child, deadline, clock, write=True)
+        view = memoryview(data)
+        while view:
             try:
-                data = data[os.write(self._to_child, data):]
+                view = view[os.write(self._to_child, view):]  # non-blocking: select only when the pipe is full
+            except BlockingIOError:
+                self._wait(self._to_child, deadline, clock, write=True)
             except BrokenPipeError:
                 self._died()
 
     def _read(self, n: int, deadline: float, clock: str) -> bytes:
-        chunks = []
-        while n:
+        """`n` bytes of the reply; one read usually brings a whole frame, the rest waits in the buffer."""
+        while len(self._buffer) < n:
             self._wait(self._from_child, deadline, clock)
-            chunk = os.read(self._from_child, min(n, 1 << 20))
+            chunk = os.read(self._from_child, max(n - len(self._buffer), 1 << 16))
             if not chunk:
                 self._died()
-            chunks.append(chunk)
-            n -= len(chunk)
-        return b"".join(chunks)
+            self._buffer += chunk
+        data, self._buffer = bytes(self._buffer[:n]), self._buffer[n:]
+        return data
 
     def _wait(self, fd: int, deadline: float, clock: str, write: bool = False) -> None:
         left = max(deadline - time.monotonic(), 0)
