@@ -54,5 +54,7 @@ class Evaluator:
         if not entry_point_ok(code, self.domain.entry_point):
             raise CandidateError(Status.INVALID, f"the program defines no function {self.domain.entry_point}()")
         with PolicyProcess(code, self.domain.entry_point, self.sandbox, self.hide,
-                           self.domain.program_modules()) as policy:
-            return self.domain.evaluate(policy, params, split)
+                           self.domain.program_modules(), pipelined=True) as policy:
+            outcome = self.domain.evaluate(policy, params, split)
+            policy.confirm_started()  # a program that never loaded has no score, even if it was never asked
+            return outcome
