@@ -116,7 +116,7 @@ class Spawned:
     def waiting(self) -> bool:
         """Alive and silent: a ready process writes nothing before it has its code."""
         try:
-            self.pid
+            self.server.answer(self.slot)
         except (OSError, RuntimeError, ValueError):
             return False
         return self.server.alive() and not select.select([self.from_child], [], [], 0)[0]
@@ -161,11 +161,11 @@ def spawn(key: tuple, spec: dict, wait: bool = True) -> Spawned:
             server = zygote(key)
             ready = Spawned(server, to_child, from_child, log, server.spawn(spec, fds))
             if wait:
-                ready.pid
+                server.answer(ready.slot)
         except (OSError, RuntimeError, ValueError):  # the fork server died under us: one fresh try
             server = zygote(key, fresh=True)
             ready = Spawned(server, to_child, from_child, log, server.spawn(spec, fds))
-            ready.pid
+            server.answer(ready.slot)
     except BaseException:
         for fd in (to_child, from_child):
             os.close(fd)
