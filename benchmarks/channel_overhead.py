@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -30,7 +31,7 @@ def _args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--round-trips", type=int, default=2000, help="round trips to time (default 2000)")
     parser.add_argument("--rows", type=int, default=8, help="rows in the small batch (default 8)")
-    parser.add_argument("--repeats", type=int, default=3, help="evaluations of each kind; the median is shown")
+    parser.add_argument("--repeats", type=int, default=5, help="evaluations of each kind, alternated; medians shown")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=JSON",
                         help="an inventory domain option, e.g. --option tune_trials=16 (repeatable)")
     return parser.parse_args(argv)
@@ -57,19 +58,27 @@ def in_process(code: str):
     return lambda batches: [fn(state, params) for state, params in batches]
 
 
-def evaluation_s(domain, code: str, sandboxed: bool, repeats: int) -> tuple[float, float, int]:
-    """Median seconds, the score and the round trips of one search-split evaluation."""
-    times, score, calls = [], None, 0
+def evaluation_s(domain, code: str, sandboxed: bool) -> tuple[float, float, int]:
+    """Seconds, the score and the round trips of one search-split evaluation."""
+    start = time.perf_counter()
+    if sandboxed:
+        with PolicyProcess(code, "policy", SandboxConfig()) as policy:
+            score = domain.evaluate(policy, read_params(code), "search").score
+            calls = policy.calls
+    else:
+        score, calls = domain.evaluate(in_process(code), read_params(code), "search").score, 0
+    return time.perf_counter() - start, score, calls
+
+
+def side_by_side(domain, code: str, repeats: int) -> tuple[list, list, float, float, int]:
+    """Sandboxed and in-process evaluations alternated (so both meet the same load): their times, scores, calls."""
+    boxed, direct = [], []
     for _ in range(repeats):
-        start = time.perf_counter()
-        if sandboxed:
-            with PolicyProcess(code, "policy", SandboxConfig()) as policy:
-                score = domain.evaluate(policy, read_params(code), "search").score
-                calls = policy.calls
-        else:
-            score = domain.evaluate(in_process(code), read_params(code), "search").score
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), score, calls
+        seconds, score, calls = evaluation_s(domain, code, True)
+        boxed.append(seconds)
+        seconds, direct_score, _ = evaluation_s(domain, code, False)
+        direct.append(seconds)
+    return boxed, direct, score, direct_score, calls
 
 
 def main(argv=None) -> None:
@@ -83,12 +92,16 @@ def main(argv=None) -> None:
     cfg = domain.config
     print(f"search split: {len(cfg.search_instances)} instances x {cfg.search_trajectories} trajectories, "
           f"{cfg.tune_trials} trials in rounds of {cfg.tune_batch}, {cfg.warmup}+{cfg.search_periods} periods")
-    sandboxed, score, calls = evaluation_s(domain, code, True, args.repeats)
-    direct, direct_score, _ = evaluation_s(domain, code, False, args.repeats)
-    print(f"  through the sandbox: {sandboxed:.2f} s ({calls} round trips, {1e6 * sandboxed / calls:.0f} us each), "
-          f"score {score:.4f}")
-    print(f"  in-process:          {direct:.2f} s, score {direct_score:.4f}")
-    print(f"  channel share:       {100 * (1 - direct / sandboxed):.0f}% of the sandboxed time")
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
+    boxed, direct, score, direct_score, calls = side_by_side(domain, code, args.repeats)
+    sandboxed, inproc = statistics.median(boxed), statistics.median(direct)
+    ratios = sorted(b / d for b, d in zip(boxed, direct))
+    print(f"  through the sandbox: {sandboxed:.2f} s median of {args.repeats} ({calls} round trips, "
+          f"{1e6 * sandboxed / calls:.0f} us each), score {score:.4f}")
+    print(f"  in-process:          {inproc:.2f} s median, score {direct_score:.4f}")
+    print(f"  sandboxed / in-process: {sandboxed / inproc:.2f}x (medians; pairwise {ratios[0]:.2f}x to "
+          f"{ratios[-1]:.2f}x); channel share {100 * (1 - inproc / sandboxed):.0f}% of the sandboxed time")
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

@@ -60,7 +60,10 @@ class Evaluator:
         if not entry_point_ok(code, self.domain.entry_point):
             raise CandidateError(Status.INVALID, f"the program defines no function {self.domain.entry_point}()")
         with PolicyProcess(code, self.domain.entry_point, self.sandbox, self.hide,
-                           self.domain.program_modules()) as policy:
+                           self.domain.program_modules(), pipelined=True) as policy:
             if race is None:
-                return self.domain.evaluate(policy, params, split)
-            return self.domain.evaluate(policy, params, split, race=race)
+                outcome = self.domain.evaluate(policy, params, split)
+            else:
+                outcome = self.domain.evaluate(policy, params, split, race=race)
+            policy.confirm_started()  # a program that never loaded has no score, even if it was never asked
+            return outcome

@@ -77,7 +77,7 @@ def answer(fn, batches):
         if out.dtype.kind not in "fiub":
             raise TypeError(f"policy returned {out.dtype} values, not numbers")
         actions.append(out)
-    return {"actions": actions}
+    return wire.flat_actions(actions)
 
 
 def serve(channel, held, missing, require):
@@ -93,7 +93,8 @@ def serve(channel, held, missing, require):
         channel.send(_error(exc))
         return
     while True:
-        batches = channel.recv()["batches"]
+        request = channel.recv()
+        batches = wire.unflatten(request["flat"]) if "flat" in request else request["batches"]
         try:
             reply = answer(fn, batches)
         except BaseException as exc:  # noqa: BLE001

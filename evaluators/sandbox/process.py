@@ -42,7 +42,8 @@ def reply_bounds(batches: list) -> tuple[list[int], int]:
 def _numbers(state) -> int:
     """How many numbers a state holds (a dict of arrays, or one array)."""
     values = state.values() if isinstance(state, dict) else (state,)
-    return sum(int(np.size(v)) for v in values)
+    return sum(v.size if type(v) is np.ndarray else 1 if type(v) in (int, float, bool) else int(np.size(v))
+               for v in values)
 
 
 def clip(text: str, limit: int = TEXT_CHARS) -> str:
@@ -70,9 +71,13 @@ class PolicyProcess:
     """
 
     def __init__(self, code: str, entry_point: str, limits: SandboxConfig,
-                 hide: tuple[str, ...] = (), modules: tuple[str, ...] = ("numpy",), spare: bool = True):
+                 hide: tuple[str, ...] = (), modules: tuple[str, ...] = ("numpy",), spare: bool = True,
+                 pipelined: bool = False):
+        """`pipelined`: the first batch goes out right behind the code, before the start-up reply
+        is read (one round trip less per candidate); call `confirm_started()` after the last use."""
         self.code, self.entry_point, self.limits = code, entry_point, limits
-        self.hide, self.modules, self.spare = tuple(hide), tuple(modules), spare
+        self.hide, self.modules, self.spare, self.pipelined = tuple(hide), tuple(modules), spare, pipelined
+        self._starting = False
         self.protections: list[str] = []
         self.missing: dict[str, str] = {}  # protection -> why it does not hold
         self.calls = 0
@@ -80,6 +85,7 @@ class PolicyProcess:
         self._server: server.Zygote | None = None
         self._to_child = self._from_child = None  # our ends of the two pipes
         self._log = None  # the candidate's stdout and stderr
+        self._buffer = bytearray()  # read from the candidate, not yet taken
 
     def __enter__(self) -> "PolicyProcess":
         try:
@@ -99,11 +105,21 @@ class PolicyProcess:
         ready = server.take(key, spec)
         self._pid, self._server, self._log = ready.pid, ready.server, ready.log
         self._to_child, self._from_child = ready.to_child, ready.from_child
+        os.set_blocking(self._to_child, False)
         self._deadline = time.monotonic() + self.limits.wall_s
-        reply = self._exchange({"code": self.code, "entry": self.entry_point}, None, "start-up")
-        if self.spare:  # the next candidate's process confines itself while this one runs
+        self._startup = time.monotonic() + self.limits.startup_s
+        self._write(wire.pack({"code": self.code, "entry": self.entry_point}), self._startup, "start-up")
+        self._starting = True
+        if self.spare:  # the next candidates' processes confine themselves while this one runs
             server.prepare(key, spec)
-        self._started(reply)
+        if not self.pipelined:
+            self.confirm_started()
+
+    def confirm_started(self) -> None:
+        """Read the start-up reply, once: the protections in force, or why the program did not load."""
+        if self._starting:
+            self._starting = False
+            self._started(self._receive(None, self._startup, "start-up"))
 
     def server_key(self) -> tuple:
         """Which fork server this program's process comes from: its root's entries and the claimed uid."""
@@ -120,7 +136,15 @@ class PolicyProcess:
     def __call__(self, batches: list) -> list:
         """Send a list of (state, params) batches; return the policy's action arrays."""
         self.calls += 1
-        reply = self._exchange({"batches": batches}, batches, "wall-clock")
+        data = wire.pack(wire.flat_batches(batches) or {"batches": batches})
+        if self._starting:  # behind the code: a process that fails to load never reads it
+            sent = self._write(data, self._deadline, "wall-clock", early=True)
+            self.confirm_started()
+            if not sent:
+                self._died()
+        else:
+            self._write(data, self._deadline, "wall-clock")
+        reply = self._receive(batches, self._deadline, "wall-clock")
         if "error" in reply:
             raise CandidateError(Status.FAILED, "the policy raised:\n" + clip(reply["error"], 3500))
         actions = reply["actions"]
@@ -128,36 +152,40 @@ class PolicyProcess:
             raise CandidateError(Status.INVALID, "the policy's reply is not one action array per batch")
         return actions
 
-    def _exchange(self, message, batches: list | None, clock: str) -> dict:
-        """Send `message`; read the reply, bounded by what `batches` asked for (None: start-up)."""
+    def _receive(self, batches: list | None, deadline: float, clock: str) -> dict:
+        """The next reply, bounded by what `batches` asked for (None: the start-up reply)."""
         items, limit = reply_bounds(batches) if batches is not None else (None, START_FRAME)
-        deadline = time.monotonic() + self.limits.startup_s if batches is None else self._deadline
         try:
-            self._write(wire.pack(message), deadline, clock)
             length = wire.frame_length(self._read(4, deadline, clock), limit)
             return wire.read_reply(self._read(length, deadline, clock), items)
         except wire.WireError as exc:
             self.close()
             raise CandidateError(Status.INVALID, f"malformed reply from the program: {exc}") from None
 
-    def _write(self, data: bytes, deadline: float, clock: str) -> None:
-        while data:
-            self._wait(self._to_child, deadline, clock, write=True)
+    def _write(self, data: bytes, deadline: float, clock: str, early: bool = False) -> bool:
+        """Write all of `data`; False if the process had closed its end and `early` (else it died: raises)."""
+        view = memoryview(data)
+        while view:
             try:
-                data = data[os.write(self._to_child, data):]
+                view = view[os.write(self._to_child, view):]  # non-blocking: select only when the pipe is full
+            except BlockingIOError:
+                self._wait(self._to_child, deadline, clock, write=True)
             except BrokenPipeError:
+                if early:
+                    return False
                 self._died()
+        return True
 
     def _read(self, n: int, deadline: float, clock: str) -> bytes:
-        chunks = []
-        while n:
+        """`n` bytes of the reply; one read usually brings a whole frame, the rest waits in the buffer."""
+        while len(self._buffer) < n:
             self._wait(self._from_child, deadline, clock)
-            chunk = os.read(self._from_child, min(n, 1 << 20))
+            chunk = os.read(self._from_child, max(n - len(self._buffer), 1 << 16))
             if not chunk:
                 self._died()
-            chunks.append(chunk)
-            n -= len(chunk)
-        return b"".join(chunks)
+            self._buffer += chunk
+        data, self._buffer = bytes(self._buffer[:n]), self._buffer[n:]
+        return data
 
     def _wait(self, fd: int, deadline: float, clock: str, write: bool = False) -> None:
         left = max(deadline - time.monotonic(), 0)

@@ -17,7 +17,8 @@ import subprocess
 import sys
 import tempfile
 import threading
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 from pathlib import Path
 
 _CHILD = Path(__file__).with_name("_child.py")
@@ -43,6 +44,7 @@ class Zygote:
         theirs.close()
         self._sock = ours
         self._lock = threading.Lock()
+        self._slots: deque = deque()  # one per request sent and not answered yet, oldest first
         setup = {"op": "setup", "uid": uid, "entries": [{"kind": k, "src": s, "dst": d} for k, s, d in entries]}
         self.missing = self._call(setup)["missing"]
 
@@ -50,15 +52,32 @@ class Zygote:
         return self.proc.poll() is None
 
     def _call(self, request: dict, fds: list[int] = ()) -> dict:
+        return self.answer(self.send(request, fds))
+
+    def send(self, request: dict, fds: list[int] = ()) -> list:
+        """Send a request without waiting; its answer fills the returned slot (see `answer`).
+
+        The server answers in order, so replies that nobody waits for (a kill's) are read
+        and dropped by the next call that waits: the caller's clock never pays for them.
+        """
+        slot: list = []
         with self._lock:
             socket.send_fds(self._sock, [json.dumps(request).encode()], list(fds))
-            reply = self._sock.recv(1 << 16)
-        if not reply:
-            raise RuntimeError("the sandbox's fork server died")
-        return json.loads(reply)
+            self._slots.append(slot)
+        return slot
 
-    def spawn(self, spec: dict, fds: list[int]) -> int:
-        return self._call({"op": "spawn", "spec": spec}, fds)["pid"]
+    def answer(self, slot: list) -> dict:
+        with self._lock:
+            while not slot:
+                reply = self._sock.recv(1 << 16)
+                if not reply:
+                    raise RuntimeError("the sandbox's fork server died")
+                self._slots.popleft().append(json.loads(reply))
+        return slot[0]
+
+    def spawn(self, spec: dict, fds: list[int]) -> list:
+        """Fork a process for `spec`; returns the slot its pid arrives in."""
+        return self.send({"op": "spawn", "spec": spec}, fds)
 
     def wait(self, pid: int, timeout: float) -> int:
         """The exit code of `pid` (as `Popen` gives it); its group is killed past `timeout`."""
@@ -68,9 +87,9 @@ class Zygote:
             return -signal.SIGKILL
 
     def kill(self, pid: int) -> None:
-        """Kill `pid`'s process group (and so its pid namespace) without waiting for the exit."""
+        """Kill `pid`'s process group (and so its pid namespace); neither the kill nor the exit is waited for."""
         try:
-            self._call({"op": "kill", "pid": pid})
+            self.send({"op": "kill", "pid": pid})
         except (OSError, RuntimeError, ValueError):  # a dead fork server took its children with it
             pass
 
@@ -81,25 +100,38 @@ class Zygote:
 
 @dataclass
 class Spawned:
-    """An isolated process that waits for its code: its pid, its server, our pipe ends, its output."""
+    """An isolated process that waits for its code: its server, our pipe ends, its output, and its pid
+    (which arrives from the server when first asked for, so making a spare never waits)."""
 
-    pid: int
     server: Zygote
     to_child: int
     from_child: int
     log: object
+    slot: list = field(default_factory=list)
+
+    @property
+    def pid(self) -> int:
+        return self.server.answer(self.slot)["pid"]
 
     def waiting(self) -> bool:
         """Alive and silent: a ready process writes nothing before it has its code."""
+        try:
+            self.server.answer(self.slot)
+        except (OSError, RuntimeError, ValueError):
+            return False
         return self.server.alive() and not select.select([self.from_child], [], [], 0)[0]
 
     def discard(self) -> None:
         for fd in (self.to_child, self.from_child):
             os.close(fd)
         self.log.close()
-        self.server.kill(self.pid)
+        try:
+            self.server.kill(self.pid)
+        except (OSError, RuntimeError, ValueError):  # its server is gone, and it with it
+            pass
 
 
+SPARES = 2  # processes made ready ahead per root and spec: each gets a whole candidate's time to confine itself
 _ZYGOTES: dict = {}
 _SPARES: dict = {}
 _OWNER = 0  # the pid these belong to: a forked evaluator starts its own
@@ -118,7 +150,8 @@ def zygote(key: tuple, fresh: bool = False) -> Zygote:
     return server
 
 
-def spawn(key: tuple, spec: dict) -> Spawned:
+def spawn(key: tuple, spec: dict, wait: bool = True) -> Spawned:
+    """A new process for `spec`; with `wait`, its pid is known on return (one fresh server on failure)."""
     to_child_r, to_child = os.pipe()
     from_child, from_child_w = os.pipe()
     log = tempfile.TemporaryFile()
@@ -126,10 +159,13 @@ def spawn(key: tuple, spec: dict) -> Spawned:
     try:
         try:
             server = zygote(key)
-            pid = server.spawn(spec, fds)
+            ready = Spawned(server, to_child, from_child, log, server.spawn(spec, fds))
+            if wait:
+                server.answer(ready.slot)
         except (OSError, RuntimeError, ValueError):  # the fork server died under us: one fresh try
             server = zygote(key, fresh=True)
-            pid = server.spawn(spec, fds)
+            ready = Spawned(server, to_child, from_child, log, server.spawn(spec, fds))
+            server.answer(ready.slot)
     except BaseException:
         for fd in (to_child, from_child):
             os.close(fd)
@@ -138,30 +174,33 @@ def spawn(key: tuple, spec: dict) -> Spawned:
     finally:
         os.close(to_child_r)
         os.close(from_child_w)
-    return Spawned(pid, server, to_child, from_child, log)
+    return ready
 
 
 def take(key: tuple, spec: dict) -> Spawned:
-    """A process for a candidate: the spare made ready earlier if it still waits, else a new one."""
+    """A process for a candidate: the oldest spare made ready earlier if it still waits, else a new one."""
     zygote(key)  # (forgets another process's spares)
-    ready = _SPARES.pop((key, json.dumps(spec, sort_keys=True)), None)
-    if ready is not None and not ready.waiting():
+    spares = _SPARES.get((key, json.dumps(spec, sort_keys=True)), [])
+    while spares:
+        ready = spares.pop(0)
+        if ready.waiting():
+            return ready
         ready.discard()
-        ready = None
-    return ready or spawn(key, spec)
+    return spawn(key, spec)
 
 
 def prepare(key: tuple, spec: dict) -> None:
-    """Make the next candidate's process ready now, while this one runs (one spare per root and spec)."""
-    name = (key, json.dumps(spec, sort_keys=True))
-    if name not in _SPARES:
-        _SPARES[name] = spawn(key, spec)
+    """Make the next candidates' processes ready now, while this one runs (`SPARES` per root and spec)."""
+    spares = _SPARES.setdefault((key, json.dumps(spec, sort_keys=True)), [])
+    while len(spares) < SPARES:
+        spares.append(spawn(key, spec, wait=False))
 
 
 def stop(key: tuple) -> None:
     """Stop `key`'s fork server and its spares (a probe's, so nothing stays behind in the driver)."""
     for spare_key in [k for k in _SPARES if k[0] == key]:
-        _SPARES.pop(spare_key).discard()
+        for spare in _SPARES.pop(spare_key):
+            spare.discard()
     server = _ZYGOTES.pop(key, None)
     if server is not None and server.alive():
         server.stop()

@@ -25,41 +25,77 @@ _MAX_DIMS = 4
 _FIXEXT = {0xD4: 1, 0xD5: 2, 0xD6: 4, 0xD7: 8, 0xD8: 16}
 _EXT_SIZES = {0xC7: ">B", 0xC8: ">H", 0xC9: ">I"}
 _DTYPES = {"<f8", "<f4", "<i8", "<i4", "|b1", "<u1", "|u1", "|i1", "<i2"}
+_ITEMSIZE = {d: np.dtype(d).itemsize for d in _DTYPES}
+_PLAIN = {int, float, bool}
+_SCALARS = _PLAIN | {np.float64, np.float32, np.int64, np.int32, np.bool_}
 
 
 class WireError(Exception):
     """The peer sent something that is not a well-formed reply; the text is a short reason."""
 
 
+_HEADERS: dict = {}  # (dtype, shape) -> its packed header: a frame repeats the same few shapes
+_UINT = {0xCC: ">B", 0xCD: ">H", 0xCE: ">I", 0xCF: ">Q"}
+
+
 def _default(obj):
     if isinstance(obj, np.ndarray):
-        arr = np.ascontiguousarray(obj)
-        header = msgpack.packb([arr.dtype.str, list(arr.shape)])
+        arr = obj if obj.flags.c_contiguous else np.ascontiguousarray(obj)
+        key = (arr.dtype.str, arr.shape)
+        header = _HEADERS.get(key)
+        if header is None:
+            header = msgpack.packb([arr.dtype.str, list(arr.shape)])
+            if len(_HEADERS) < 4096:
+                _HEADERS[key] = header
         return msgpack.ExtType(ARRAY_EXT, header + arr.tobytes())
     if isinstance(obj, np.generic):
         return obj.item()
     raise TypeError(f"cannot send {type(obj).__name__}")
 
 
+def _header(data: bytes) -> tuple[str, list, int]:
+    """(dtype, shape, where the bytes start) of an array's payload: a msgpack [str, [int, ...]], read by hand.
+
+    Only the forms a packer writes are accepted (a fixarray of two, a fixstr of at most 8
+    bytes, a fixarray of at most four non-negative integers); anything else is malformed.
+    """
+    try:
+        if data[0] != 0x92 or not 0xA0 <= data[1] <= 0xA8:
+            raise WireError("an array's header is malformed")
+        end = 2 + data[1] - 0xA0
+        dtype = data[2:end].decode("ascii")
+        dims = data[end] - 0x90
+        if not 0 <= dims <= _MAX_DIMS:
+            raise WireError("an array's header is malformed")
+        pos, shape = end + 1, []
+        for _ in range(dims):
+            byte = data[pos]
+            if byte <= 0x7F:
+                shape.append(byte)
+                pos += 1
+            elif byte in _UINT:
+                fmt = _UINT[byte]
+                shape.append(struct.unpack_from(fmt, data, pos + 1)[0])
+                pos += 1 + struct.calcsize(fmt)
+            else:
+                raise WireError(f"an array of dtype {dtype[:8]!r} and shape {data[end:end + 40]!r} is not allowed")
+    except (IndexError, UnicodeDecodeError, struct.error):
+        raise WireError("an array's header is malformed") from None
+    return dtype, shape, pos
+
+
 def _array(data: bytes, max_items: int) -> np.ndarray:
     """An array from its extension payload: [dtype, shape] then the raw bytes, all checked first."""
-    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=len(data) or 1, max_str_len=8,
-                                max_array_len=_MAX_DIMS, max_map_len=0, max_bin_len=0, max_ext_len=0)
-    unpacker.feed(data)
-    try:
-        dtype, shape = next(unpacker)
-    except Exception:  # noqa: BLE001  msgpack raises several unrelated types
-        raise WireError("an array's header is malformed") from None
-    if dtype not in _DTYPES or not isinstance(shape, list) or \
-            not all(type(s) is int and s >= 0 for s in shape):
+    dtype, shape, start = _header(data)
+    if dtype not in _DTYPES:
         raise WireError(f"an array of dtype {str(dtype)[:8]!r} and shape {str(shape)[:40]} is not allowed")
     count = math.prod(shape)
     if count > max_items:
         raise WireError(f"an array of {count} numbers where this request allows at most {max_items}")
-    body = data[unpacker.tell():]
-    if count * np.dtype(dtype).itemsize != len(body):
+    itemsize = _ITEMSIZE.get(dtype) or np.dtype(dtype).itemsize
+    if count * itemsize != len(data) - start:
         raise WireError("an array's bytes do not match its shape")
-    return np.frombuffer(body, dtype=dtype).reshape(shape)
+    return np.frombuffer(data, dtype=dtype, offset=start).reshape(shape)
 
 
 def _ext_hook(code, data):
@@ -81,6 +117,70 @@ def unpack(body: bytes):
         raise
     except Exception as exc:  # msgpack raises several unrelated types
         raise WireError(f"malformed message: {exc}") from None
+
+
+# --- one frame per request: every batch's arrays of a key in one flat array ---------------
+def flat_batches(batches: list) -> dict | None:
+    """A request of (state, params) batches as columns: each key's arrays concatenated into one
+    array with their shapes, or its scalars as one list. None when the batches do not share one
+    layout (then they go as they are)."""
+    states, params = _columns([s for s, _ in batches]), _columns([p for _, p in batches])
+    if states is None or params is None:
+        return None
+    return {"flat": {"n": len(batches), "state": states, "params": params}}
+
+
+def _columns(dicts: list) -> dict | None:
+    if not dicts or {type(d) for d in dicts} != {dict}:
+        return None
+    keys = tuple(dicts[0])
+    if any(tuple(d) != keys for d in dicts) or {type(k) for k in keys} - {str}:
+        return None
+    out = {}
+    for key in keys:
+        values = [d[key] for d in dicts]
+        kinds = set(map(type, values))
+        if kinds == {np.ndarray}:
+            dtypes = {v.dtype for v in values}
+            if len(dtypes) != 1 or dtypes.pop().str not in _DTYPES:
+                return None
+            out[key] = {"shapes": [list(v.shape) for v in values],
+                        "data": np.concatenate([v.ravel() for v in values]) if len(values) > 1 else values[0].ravel()}
+        elif kinds <= _SCALARS:
+            out[key] = values if kinds <= _PLAIN else [v.item() if isinstance(v, np.generic) else v for v in values]
+        else:
+            return None
+    return out
+
+
+def unflatten(flat: dict) -> list:
+    """The (state, params) batches of a flat request (trusted input; in the candidate's process)."""
+    n = flat["n"]
+    return list(zip(_rows(flat["state"], n), _rows(flat["params"], n)))
+
+
+def _rows(columns: dict, n: int) -> list[dict]:
+    rows = [{} for _ in range(n)]
+    for key, column in columns.items():
+        if isinstance(column, dict):
+            data, start = column["data"], 0
+            for row, shape in zip(rows, column["shapes"]):
+                size = math.prod(shape)
+                row[key] = data[start:start + size].reshape(shape)
+                start += size
+        else:
+            for row, value in zip(rows, column):
+                row[key] = value
+    return rows
+
+
+def flat_actions(actions: list) -> dict:
+    """A reply's action arrays as one array and their shapes, when they share an allowed dtype."""
+    dtype = actions[0].dtype if actions else None
+    if dtype is None or dtype.str not in _DTYPES or any(a.dtype != dtype for a in actions):
+        return {"actions": actions}
+    data = np.concatenate([a.ravel() for a in actions]) if len(actions) > 1 else actions[0].ravel()
+    return {"flat": [[list(a.shape) for a in actions], data]}
 
 
 def frame_length(header: bytes, limit: int) -> int:
@@ -123,6 +223,15 @@ class _Reader:
         if n > most:
             raise WireError(f"{what} has {n} items where at most {most} are allowed")
         return n
+
+    def uint(self, what: str) -> int:
+        byte = self._take(1)[0]
+        if byte <= 0x7F:
+            return byte
+        if byte not in _UINT:
+            raise WireError(f"{what} is not a non-negative integer")
+        fmt = _UINT[byte]
+        return struct.unpack(fmt, self._take(struct.calcsize(fmt)))[0]
 
     def text(self, most: int, what: str) -> str:
         """A string, cut to `most` bytes (the rest is skipped, never decoded)."""
@@ -170,6 +279,8 @@ def read_reply(body: bytes, max_items: list[int] | None = None) -> dict:
             raise WireError(f"the field {key!r} appears twice")
         reply[key] = _field(reader, key, max_items)
     reader.done()
+    if "flat" in reply:  # the same arrays, sent as one
+        reply["actions"] = reply.pop("flat")
     allowed = ({"error"}, {"actions"}) if max_items is not None else \
         ({"error"}, {"ready"}, {"ready", "missing"}, {"unsafe"})
     if set(reply) not in allowed:
@@ -183,9 +294,33 @@ def _field(reader: _Reader, key: str, max_items):
     if key == "actions" and max_items is not None:  # fewer arrays than batches is the caller's to report
         count = reader.array(len(max_items), "'actions'")
         return [reader.ext(max_items[i], f"action array {i}") for i in range(count)]
+    if key == "flat" and max_items is not None:
+        return _flat_field(reader, max_items)
     if key == "ready":
         return [reader.text(_NAME_BYTES, "a protection's name") for _ in range(reader.array(_NAMES, "'ready'"))]
     if key in ("missing", "unsafe"):
         return {reader.text(_NAME_BYTES, "a protection's name"): reader.text(400, "a reason")
                 for _ in range(reader.map(_NAMES, f"{key!r}"))}
     raise WireError(f"unexpected field {key[:16]!r}")
+
+
+def _flat_field(reader: _Reader, max_items: list[int]) -> list[np.ndarray]:
+    """[[shape, ...], array]: each shape within its batch's bound, the array exactly their numbers."""
+    if reader.array(2, "'flat'") != 2:
+        raise WireError("'flat' is not [shapes, array]")
+    shapes, sizes = [], []
+    for i in range(reader.array(len(max_items), "'flat' shapes")):
+        shape = [reader.uint(f"action array {i}'s shape") for _ in range(reader.array(_MAX_DIMS, f"action array {i}'s shape"))]
+        size = math.prod(shape)
+        if size > max_items[i]:
+            raise WireError(f"an array of {size} numbers where this request allows at most {max_items[i]}")
+        shapes.append(shape)
+        sizes.append(size)
+    data = reader.ext(sum(sizes), "'flat' actions")
+    if data.ndim != 1 or data.size != sum(sizes):
+        raise WireError("the flat actions do not match their shapes")
+    out, start = [], 0
+    for shape, size in zip(shapes, sizes):
+        out.append(data[start:start + size].reshape(shape))
+        start += size
+    return out

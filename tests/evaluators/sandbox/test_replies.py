@@ -53,6 +53,18 @@ ATTACKS = {  # name: (body, declared length or None, at load, status, reason)
                                   False, Status.INVALID, "an array of 10000 numbers"),
     "bytes after the end": (wire.pack({"actions": [np.zeros(4)]})[4:] + b"\xc0", None, False, Status.INVALID,
                             "the reply has bytes after its end"),
+    "a flat shape larger than asked": (wire.pack({"flat": [[[2000]], np.zeros(2000)]})[4:], None, False,
+                                       Status.INVALID, "an array of 2000 numbers where this request allows at most 1040"),
+    "flat data longer than its shapes": (wire.pack({"flat": [[[4]], np.zeros(8)]})[4:], None, False, Status.INVALID,
+                                         "an array of 8 numbers where this request allows at most 4"),
+    "flat data of two dimensions": (wire.pack({"flat": [[[4]], np.zeros((2, 2))]})[4:], None, False, Status.INVALID,
+                                    "the flat actions do not match their shapes"),
+    "more flat shapes than batches": (wire.pack({"flat": [[[1], [1]], np.zeros(2)]})[4:], None, False,
+                                      Status.INVALID, "'flat' shapes has 2 items where at most 1 are allowed"),
+    "a flat shape that is not a number": (wire.pack({"flat": [[["4"]], np.zeros(4)]})[4:], None, False,
+                                          Status.INVALID, "is not a non-negative integer"),
+    "flat with a third item": (wire.pack({"flat": [[[4]], np.zeros(4), 1]})[4:], None, False, Status.INVALID,
+                               "'flat' has 3 items where at most 2 are allowed"),
 }
 
 

@@ -92,7 +92,8 @@ def test_hostile_program_is_contained(name):
 
 def spares() -> set[int]:
     """The processes made ready for the next candidates (they wait for code they have not had)."""
-    return {pid for ready in server._SPARES.values() for pid in [ready.pid, *descendants(ready.pid)]}
+    return {pid for spares in server._SPARES.values() for ready in spares
+            for pid in [ready.pid, *descendants(ready.pid)]}
 
 
 def test_honest_program_answers_and_leaves_no_process():

@@ -1,0 +1,296 @@
+"""The search loop's own cost per proposal, measured the way its peers are measured.
+
+A trivial user domain (the program returns a constant x; the score is -(x - 3.7)^2),
+an OpenAI-compatible server on loopback that answers at once with a SEARCH/REPLACE
+edit moving the constant by a random step, 2 evaluators, and the whole real loop:
+`atoll run` in a subprocess (real Ray, real DuckDB archive, every candidate in a fresh
+sandboxed process). Twice: with a no-op evaluation, and with an evaluation that burns
+200 ms of CPU in a pure-Python loop (on the trusted side, inside the domain's simulator).
+
+    unshare -n sh -c 'ip link set lo up && python3 benchmarks/loop_overhead.py [--proposals 200 1000]'
+
+Printed per case: proposals/s (N / wall), overhead per proposal in ms
+((wall - sum of evaluation work / 2) / N, the work being the 200 ms the domain burns,
+0 for no-op), evaluations/s against the ideal 10 (200 ms case), peak memory of the
+whole process tree (driver, Ray's processes and workers, fork servers, sandboxes: the
+sum of their RSS, sampled every 250 ms), the cost per proposal in each fifth of the run,
+and the load average. The wall runs from the first proposal's arrival to the last
+commit (Ray's start-up and the seed's evaluation are printed apart).
+The held-out check of new bests is off (peers have none); the LLM server runs in
+this process, outside the measured tree.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+PEERS = ("peers, same method, 2 cores: OpenEvolve 0.4 (in-process, no sandbox): 105 proposals/s, 9.5 ms, "
+         "8.1/10 evals/s, 207 MB, cost per iteration 5 -> 18 ms over 1,000; ShinkaEvolve 0.0.7 (a subprocess "
+         "per evaluation): 6.6 proposals/s, 152 ms, 2.4/10 (4.4 with its job cap lifted), 244 MB")
+TARGET = "target (sandbox fully on): <= 5 ms overhead, >= 200 proposals/s no-op, >= 9.5/10 evals/s at 200 ms, flat"
+
+DOMAIN = '''\
+"""A constant to find: the program returns x, the score is -(x - 3.7)^2."""
+import time
+
+from pydantic import Field
+
+from evaluators.simple import SimpleDomain, SimpleOptions
+
+SEED = """X = 0.0
+
+
+def guess(state, params):
+    return X
+"""
+
+
+class ConstOptions(SimpleOptions):
+    work_ms: float = Field(0.0, ge=0, description="CPU milliseconds each evaluation burns in pure Python.")
+
+
+class Const(SimpleDomain):
+    name = "const"
+    entry_point = "guess"
+    config_model = ConstOptions
+    seed_program = SEED
+    baseline_programs = {"zero": SEED}
+    action_shape = ()
+    action_bounds = (-1e9, 1e9)
+
+    def instances(self, split, rng):
+        return [float(rng.random())]
+
+    def simulate(self, instances, policy):
+        actions = policy([{"t": 0.0} for _ in instances])
+        end, n = time.process_time() + self.config.work_ms / 1000, 0
+        while time.process_time() < end:  # the evaluation's work: a pure-Python loop
+            for i in range(2000):
+                n += i
+        return [-(a - 3.7) ** 2 for a in actions]
+'''
+
+CONFIG = """
+[run]
+name = "loop-overhead"
+max_evals = {evals}
+max_wall_s = 3600
+
+[domain]
+path = "const.py"
+
+[domain.options]
+work_ms = {work_ms}
+
+[islands]
+count = 2
+
+[mutator.llm]
+weights = {{ embedded = 0.0 }}
+
+[[mutator.llm.models]]
+backend = "openai"
+name = "loopback"
+base_url = "{url}"
+model = "step"
+max_in_flight = {llm_in_flight}
+timeout_s = 30
+max_tokens = 64
+
+[evaluator]
+actors = 2
+
+[controller]
+heldout_on_new_best = false
+"""
+
+
+class StepServer:
+    """Chat completions on 127.0.0.1: every reply moves the current program's constant by a random step."""
+
+    def __init__(self, seed: int = 0):
+        rng, lock = np.random.default_rng(seed), threading.Lock()
+        self.count = 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                prompt = body["messages"][-1]["content"]
+                found = re.search(r"## Current program\n```python\n(.*?)```", prompt, re.S)
+                line = re.search(r"^X = .*$", found.group(1) if found else "", re.M)
+                old = line.group(0) if line else "X = 0.0"
+                with lock:
+                    step = float(rng.normal(0, 0.5))
+                    outer.count += 1
+                value = float(old.split("=", 1)[1]) + step
+                text = f"<<<<<<< SEARCH\n{old}\n=======\nX = {value!r}\n>>>>>>> REPLACE\n"
+                data = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                                   "choices": [{"index": 0, "finish_reason": "stop",
+                                                "message": {"role": "assistant", "content": text}}],
+                                   "usage": {"prompt_tokens": len(prompt) // 4, "completion_tokens": 20,
+                                             "total_tokens": len(prompt) // 4 + 20}}).encode()
+                self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                                 + str(len(data)).encode() + b"\r\n\r\n" + data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def tree_memory(proc: psutil.Process, cpu: dict) -> tuple[int, int]:
+    """(sum of RSS, sum of PSS) of `proc` and its descendants; records each one's CPU seconds in `cpu`."""
+    rss = pss = 0
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            info = p.memory_full_info()
+            times = p.cpu_times()
+            role = _role(p)  # a fork server's reaped children are its candidates' processes
+            extra = times.children_user + times.children_system if role == "fork server" else 0.0
+            cpu[p.pid] = (role, times.user + times.system)
+            if extra:
+                cpu[-p.pid] = ("sandboxes", extra)
+        except psutil.Error:
+            continue
+        rss, pss = rss + info.rss, pss + info.pss
+    return rss, pss
+
+
+def _role(p: psutil.Process) -> str:
+    line = " ".join(p.cmdline())
+    for key, role in (("-m controller", "driver"), ("--zygote", "fork server"), ("gcs_server", "ray gcs"),
+                      ("raylet", "raylet"), ("default_worker", "ray workers")):
+        if key in line:
+            return role
+    return p.name()[:20]
+
+
+def run_case(url: str, evals: int, work_ms: float, llm_in_flight: int, extra: list[str],
+             profile: str | None = None) -> dict:
+    with tempfile.TemporaryDirectory(prefix="atoll-loop-") as tmp:
+        tmp = Path(tmp)
+        (tmp / "const.py").write_text(DOMAIN)
+        (tmp / "bench.toml").write_text(CONFIG.format(evals=evals, work_ms=work_ms, url=url,
+                                                      llm_in_flight=llm_in_flight))
+        env = dict(os.environ, PYTHONPATH=str(ROOT), ATOLL_CACHE_DIR=str(tmp / "cache"))
+        cmd = [sys.executable, "-m", "controller", "run", "bench.toml", "--run-dir", "run", "--no-report"]
+        for item in extra:
+            cmd += ["--set", item]
+        if profile and profile.endswith(".pstats"):  # the driver alone, under cProfile
+            cmd[1:3] = ["-c", "import cProfile, sys\nfrom controller.cli import main\nprof = cProfile.Profile()\n"
+                        "try:\n    prof.runcall(main, sys.argv[2:])\nfinally:\n    prof.dump_stats(sys.argv[1])",
+                        str(Path(profile).resolve())]
+        elif profile:  # every process of the tree, as collapsed stacks (py-spy's raw format)
+            cmd = ["py-spy", "record", "--subprocesses", "--nonblocking", "-r", "200", "-f", "raw",
+                   "-o", str(Path(profile).resolve() / f"loop-{evals - 1}-{work_ms:g}ms.txt"), "--", *cmd]
+        start, peak, peak_pss, cpu = time.monotonic(), 0, 0, {}
+        proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+        watched = psutil.Process(proc.pid)
+        while proc.poll() is None:
+            rss, pss = tree_memory(watched, cpu)
+            peak, peak_pss = max(peak, rss), max(peak_pss, pss)
+            time.sleep(0.25)
+        output = proc.stdout.read()
+        total = time.monotonic() - start
+        if proc.returncode != 0:
+            raise SystemExit(f"atoll run exited {proc.returncode}:\n{output[-3000:]}")
+        return dict(figures(tmp / "run" / "archive.duckdb", work_ms / 1000), peak_mb=peak / 2**20, peak_pss_mb=peak_pss / 2**20,
+                    total_s=total, cpu=_by_role(cpu))
+
+
+def _by_role(cpu: dict) -> dict:
+    roles: dict = {}
+    for role, seconds in cpu.values():
+        roles[role] = roles.get(role, 0.0) + seconds
+    return dict(sorted(roles.items(), key=lambda kv: -kv[1]))
+
+
+def figures(archive: Path, work_s: float) -> dict:
+    con = duckdb.connect(str(archive), read_only=True)
+    rows = con.execute(
+        "SELECT p.created_at, e.duration_s, e.status FROM programs p JOIN evaluations e "
+        "ON e.program_id = p.program_id AND e.split = 'search' WHERE p.mutator <> 'seed' ORDER BY p.created_at"
+    ).fetchall()
+    last_commit = con.execute("SELECT max(created_at) FROM evaluations").fetchone()[0]
+    seed_s = con.execute("SELECT e.duration_s FROM programs p JOIN evaluations e ON e.program_id = p.program_id "
+                         "WHERE p.mutator = 'seed'").fetchone()[0]
+    calls, duplicates = con.execute("SELECT count(*), count(*) FILTER (WHERE status = 'duplicate') "
+                                    "FROM llm_calls").fetchone()
+    con.close()
+    created = np.array([r[0] for r in rows])
+    n = len(rows)
+    wall = last_commit - created[0]
+    fifths = []
+    for part in np.array_split(np.arange(n), 5):
+        t1 = created[part[-1] + 1] if part[-1] + 1 < n else last_commit
+        fifths.append(1000 * ((t1 - created[part[0]]) / len(part) - work_s / 2))
+    return {"n": n, "wall_s": wall, "ok": sum(r[2] == "OK" for r in rows), "eval_s": float(np.mean([r[1] for r in rows])),
+            "seed_s": seed_s, "fifths_ms": fifths, "calls": calls, "duplicates": duplicates,
+            "overhead_ms": 1000 * (wall - n * work_s / 2) / n, "rate": n / wall}
+
+
+def show(label: str, work_ms: float, r: dict) -> None:
+    print(f"{label}: {r['n']} proposals evaluated ({r['ok']} OK; {r['calls']} LLM calls, {r['duplicates']} duplicates)"
+          f" in {r['wall_s']:.2f} s (whole command {r['total_s']:.1f} s, seed evaluation {r['seed_s']:.2f} s)")
+    print(f"  proposals/s {r['rate']:.1f}   overhead per proposal {r['overhead_ms']:.1f} ms   "
+          f"mean evaluation (evaluator's clock, sandbox included) {1000 * r['eval_s']:.1f} ms")
+    if work_ms:
+        print(f"  evaluations/s {r['rate']:.2f} of ideal {2000 / work_ms:.0f}")
+    print(f"  peak memory of the process tree {r['peak_mb']:.0f} MB (sum of RSS; {r['peak_pss_mb']:.0f} MB "
+          "counting shared pages once, PSS)")
+    print("  CPU seconds of the whole command by process: "
+          + ", ".join(f"{k} {v:.1f}" for k, v in r["cpu"].items()))
+    print("  overhead per proposal by fifth of the run (ms): " + ", ".join(f"{f:.1f}" for f in r["fifths_ms"]))
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--proposals", type=int, nargs="+", default=[200, 1000])
+    parser.add_argument("--work-ms", type=float, nargs="+", default=[0.0, 200.0],
+                        help="CPU ms per evaluation for each case (default: 0 and 200)")
+    parser.add_argument("--llm-in-flight", type=int, default=4, help="LLM requests in flight (max_in_flight)")
+    parser.add_argument("--set", action="append", default=[], help="more config overrides for atoll run")
+    parser.add_argument("--profile", metavar="DIR", help="record every process with py-spy into DIR (slower); "
+                             "a path ending in .pstats profiles the driver alone with cProfile")
+    args = parser.parse_args(argv)
+    server = StepServer()
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
+    try:
+        for work_ms in args.work_ms:
+            for n in args.proposals:
+                label = f"{'no-op' if not work_ms else f'{work_ms:g} ms CPU'} evaluation, {n} proposals"
+                show(label, work_ms, run_case(server.url, n + 1, work_ms, args.llm_in_flight, args.set, args.profile))
+                print(f"  load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    finally:
+        server.close()
+    print(PEERS)
+    print(TARGET)
+
+
+if __name__ == "__main__":
+    main()
