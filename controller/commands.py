@@ -158,7 +158,7 @@ def _search_and_report(config, archive, run_id, run_dir, args) -> int:
     console.print(f"search {status}: {archive.count_evaluations(run_id, 'search')} evaluations")
     _llm_summary(archive, run_id)
     if status != "interrupted" and not args.no_report:
-        return _report(archive, run_id, search.domain, search.evaluators, run_dir,
+        return _report(archive, run_id, search.domain, search.ready_evaluators(), run_dir,
                        lambda: new_evaluator(config, hide, secrets=secrets))
     if status == "interrupted":
         console.print(f"stopped; everything finished is committed. Continue with: atoll resume {run_dir}",
