@@ -14,6 +14,7 @@ from controller import rundir
 from controller.cli import UserError
 from controller.config import apply_overrides, load_config, validate
 from controller.domain_commands import cmd_check, cmd_new_domain  # noqa: F401  (the CLI finds commands here)
+from controller.submit import cmd_jobs, cmd_submit  # noqa: F401
 
 # Output to a file or a pipe (a log, a job's driver output) is not cut to 80 columns:
 # the held-out tables stay one line per row there.
