@@ -18,6 +18,7 @@ keeps the jobs.
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 import ray
 from ray.exceptions import RayError
@@ -29,6 +30,35 @@ from controller.actors import where
 def _probe(_evaluator) -> tuple[str, str]:
     """Run on the actor once its constructor returned: (node id, node IP)."""
     return where()
+
+
+class Pending(dict):
+    """The loop's jobs in flight (ref -> (kind, payload, actor)), counted per kind as they come and go.
+
+    The loop asks how many jobs of a kind are in flight several times per candidate; a count
+    kept up to date answers in O(1) where a scan costs O(jobs) (benchmarks/cluster_scale.py).
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.kinds: Counter = Counter()
+
+    def __setitem__(self, ref, job) -> None:
+        if ref in self:
+            self.kinds[self[ref][0]] -= 1
+        super().__setitem__(ref, job)
+        self.kinds[job[0]] += 1
+
+    def __delitem__(self, ref) -> None:
+        self.kinds[self[ref][0]] -= 1
+        super().__delitem__(ref)
+
+    def clear(self) -> None:
+        super().clear()
+        self.kinds.clear()
+
+    def count(self, kind: str | None = None) -> int:
+        return len(self) if kind is None else self.kinds[kind]
 
 
 class EvaluatorPool:

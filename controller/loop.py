@@ -18,7 +18,7 @@ from ray.exceptions import RayActorError, RayTaskError
 
 from controller import faults
 from controller.actors import evaluator_count, new_evaluator, new_mutator
-from controller.cluster import EvaluatorPool
+from controller.cluster import EvaluatorPool, Pending
 from controller.dedup import Dedup
 from controller.progress import Progress
 from controller.proposals import Proposals
@@ -40,7 +40,7 @@ class Search(EvaluatorPool):
         self.config, self.archive, self.run_id, self.run_dir = config, archive, run_id, run_dir
         self.secrets = secrets  # the run's, from its archive: every evaluator gets the same
         self.domain = get_domain(config.domain, secrets=secrets)
-        self.pending: dict = {}
+        self.pending = Pending()  # ref -> (kind, payload, actor index)
         self.results: list = []
         self.heldout: list = []
         self.events: list = []
@@ -126,7 +126,7 @@ class Search(EvaluatorPool):
 
     # --- the loop -----------------------------------------------------------
     def in_flight(self, kind: str | None = None) -> int:
-        return sum(1 for k, *_ in self.pending.values() if kind is None or k == kind) + self._backlogged(kind)
+        return self.pending.count(kind) + self._backlogged(kind)
 
     def _capacity(self) -> int:
         return len(self.load) * self.config.controller.in_flight_per_actor
