@@ -14,7 +14,7 @@ from controller import rundir
 from controller.cli import UserError
 from controller.config import apply_overrides, load_config, validate
 from controller.domain_commands import cmd_check, cmd_new_domain  # noqa: F401  (the CLI finds commands here)
-from controller.submit import cmd_jobs, cmd_submit  # noqa: F401
+from controller.submit import cmd_jobs, cmd_submit, storage_root  # noqa: F401
 
 # Output to a file or a pipe (a log, a job's driver output) is not cut to 80 columns:
 # the held-out tables stay one line per row there.
@@ -36,11 +36,12 @@ def cmd_run(args) -> int:
 
     overrides = list(args.set) + ([f"run.max_evals={args.max_evals}"] if args.max_evals is not None else [])
     config, text = load_config(args.config, overrides)
+    root = storage_root(config, args.run_dir)  # in a Ray job: never inside Ray's copy of the working dir
     protections = _sandbox_protections(config)
     if args.run_dir:
         rundir.check_free(Path(args.run_dir))
     connect(args.ray_address)
-    run_dir = rundir.claim(config.run.name, args.run_dir)
+    run_dir = rundir.claim(config.run.name, args.run_dir, root)
     run_id = run_dir.resolve().name + "-" + time.strftime("%H%M%S")
     secrets = _new_secrets(config)
 

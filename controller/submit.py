@@ -156,6 +156,25 @@ def list_runs(address: str) -> list[tuple[str, str, str, str]]:
     return rows
 
 
+def in_ray_job() -> bool:
+    """Whether this process is a Ray job's driver (`ray job submit`, `atoll submit`)."""
+    return bool(os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR"))
+
+
+def storage_root(config, given: str | None) -> Path:
+    """Where `atoll run` puts a new run directory: runs/ here, but in a Ray job `cluster.storage_root`.
+
+    A Ray job runs in Ray's unpacked copy of the working directory, deleted when the job
+    ends: a run directory there would be lost, so a relative --run-dir is refused.
+    """
+    if not in_ray_job():
+        return Path("runs")
+    if given and not Path(given).expanduser().is_absolute():
+        raise UserError(f"--run-dir {given}: in a Ray job a relative path lies in Ray's copy of the working "
+                        "directory, which Ray deletes; give an absolute path (or none: cluster.storage_root)")
+    return Path(config.cluster.storage_root).expanduser()
+
+
 # --- the commands ---------------------------------------------------------------------------
 def cmd_submit(args) -> int:
     from controller.commands import console

@@ -76,6 +76,23 @@ def test_submit_runs_a_search_as_a_ray_job_then_status_and_query_read_it(head, t
     assert _count(run_dir) == 14
 
 
+def test_plain_ray_job_submit_puts_the_run_under_the_storage_root(head, tmp_path):
+    root = tmp_path / "runs"
+    env = {**os.environ, "RAY_AUTH_MODE": "token"}  # the client sends ~/.ray/auth_token
+    out = subprocess.run(["ray", "job", "submit", "--address", head, "--working-dir", ".", "--",
+                          "python", "-m", "controller", "run", CONFIG, "--no-report", "--max-evals", "4",
+                          "--set", "evaluator.actors=1", "--set", f"cluster.storage_root={root}"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0 and "search completed: 4 evaluations" in out.stdout, out.stdout + out.stderr
+    (run_dir,) = root.iterdir()  # outside Ray's copy of the working directory, which is gone
+    assert run_dir.name.startswith("fixed-cost-") and _count(run_dir) == 4
+
+
+def test_in_a_ray_job_a_relative_run_dir_is_refused(tmp_path):
+    out = atoll(tmp_path, "run", CONFIG, "--run-dir", "runs/x", RAY_JOB_CONFIG_JSON_ENV_VAR="{}", timeout=60)
+    assert out.returncode == 2 and "lies in Ray's copy of the working directory" in out.stderr, out.stderr
+
+
 def test_submit_says_in_one_line_when_no_cluster_answers(tmp_path):
     out = atoll(tmp_path, "submit", CONFIG, "--address", "http://127.0.0.1:9", timeout=60)
     assert out.returncode == 2
