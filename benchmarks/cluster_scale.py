@@ -12,7 +12,8 @@ actors spread over 8 "nodes" of a 2-core machine. The driver is the real run loo
 Each evaluation is the fixed-cost user domain (benchmarks/fixed_cost.py): --cost
 seconds of sleep in the evaluator plus one call of the program in its real sandbox,
 so the ideal rate is actors / cost. The measured window starts once every actor is
-ready and ends before the last `actors` results (the drain, when no more are sent).
+ready and the first `actors` results are in (the seed, then the pipeline filling), and
+ends before the last `actors` results (the drain, when no more are sent).
 
 Printed per actor count: evaluations per second, ideal, efficiency, the mean time an
 evaluation took inside its evaluator (sleep plus sandbox: what the actors cannot beat),
@@ -104,9 +105,8 @@ def measure(args, actors: int, folder: Path) -> dict:
             for actor in search.evaluators + search.mutators:
                 ray.kill(actor)
     assert status == "completed", status
-    start = search.all_ready
-    after = [m for m in search.marks if m[0] > start[0]]
-    window = after[:max(1, len(after) - actors)]  # leave out the drain
+    after = [m for m in search.marks if m[0] > search.all_ready[0]]
+    start, window = after[actors - 1], after[actors:len(after) - actors]  # after the first round, before the drain
     wall, cpu = window[-1][0] - start[0], window[-1][1] - start[1]
     rate = len(window) / wall
     duration = sum(m[3] for m in window) / len(window)  # as the evaluator measured it: sleep plus sandbox

@@ -88,6 +88,14 @@ def test_plain_ray_job_submit_puts_the_run_under_the_storage_root(head, tmp_path
     assert run_dir.name.startswith("fixed-cost-") and _count(run_dir) == 4
 
 
+def test_a_client_without_the_clusters_token_is_refused_in_one_line(head, tmp_path):
+    wrong = tmp_path / "token"
+    wrong.write_text("0" * 32)
+    out = atoll(tmp_path, "submit", CONFIG, "--address", head, RAY_AUTH_TOKEN_PATH=str(wrong), timeout=60)
+    assert out.returncode == 2 and out.stderr.strip().count("\n") == 0, out.stderr
+    assert "refused this client's token" in out.stderr
+
+
 def test_in_a_ray_job_a_relative_run_dir_is_refused(tmp_path):
     out = atoll(tmp_path, "run", CONFIG, "--run-dir", "runs/x", RAY_JOB_CONFIG_JSON_ENV_VAR="{}", timeout=60)
     assert out.returncode == 2 and "lies in Ray's copy of the working directory" in out.stderr, out.stderr
