@@ -30,6 +30,7 @@ import argparse
 import hashlib
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -85,7 +86,9 @@ class Timed(Search):
 
 def config_for(args, actors: int):
     tree = {"run": {"name": "scale", "max_evals": actors * (args.rounds + 2) + 1, "max_wall_s": 3600},
-            "domain": {"path": "fixed_cost.py", "options": {"cost_s": args.cost, "instances_per_split": 2}},
+            # one simulate() per evaluation, whatever PARAMS a mutation adds (tuning would repeat it)
+            "domain": {"path": "fixed_cost.py", "options": {"cost_s": args.cost, "instances_per_split": 2,
+                                                            "tune_trials": 1, "tune_batch": 1}},
             "islands": {"count": 4},
             "mutator": {"workers": max(1, actors // 8)},
             "evaluator": {"actors": actors, "sandbox": {"wall_s": 60 + args.cost}},
@@ -115,7 +118,12 @@ def measure(args, actors: int, folder: Path) -> dict:
             "cpu_ms": 1000 * cpu / len(window), "eval_s": duration, "busy": rate * duration / actors, "nodes": len({m[2] for m in after})}
 
 
+def _stop(signum, frame):
+    raise KeyboardInterrupt  # SIGTERM: shut the simulated cluster down on the way out
+
+
 def main() -> None:
+    signal.signal(signal.SIGTERM, _stop)
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--actors", default="1,2,4,8,16,32,64", help="comma-separated actor counts")
     parser.add_argument("--nodes", type=int, default=8, help="raylets, the head included")

@@ -3,8 +3,8 @@
 Each `simulate` call sleeps `cost_s` in the trusted evaluator (the cost of a simulator),
 then asks the sandboxed program for one action per instance: a real candidate process per
 evaluation, and a score that depends on the program (how close its line comes to a hidden
-one), so the search has something to improve. Programs have no PARAMS, so an evaluation
-is exactly one `simulate` call.
+one), so the search has something to improve. The seed has no PARAMS; with
+`tune_trials = 1` an evaluation is one `simulate` call even for a program that gained some.
 """
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ that dir (never `ray stop`, which would stop every Ray on the machine).
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 
 import psutil
@@ -15,6 +16,7 @@ from store.query import run_query
 from tests.controller.runs import ROOT, atoll
 
 CONFIG = "benchmarks/fixed_cost.toml"
+RAY = [sys.executable, "-m", "ray.scripts.scripts"]  # the `ray` command of this Python
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +24,7 @@ def head():
     """A one-node cluster from `ray start --head`, its job server on 127.0.0.1:8265; yields that address."""
     temp = tempfile.mkdtemp(prefix="rs", dir="/tmp")
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
-    out = subprocess.run(["ray", "start", "--head", "--num-cpus=2", f"--temp-dir={temp}", "--include-dashboard=true",
+    out = subprocess.run([*RAY, "start", "--head", "--num-cpus=2", f"--temp-dir={temp}", "--include-dashboard=true",
                           "--dashboard-host=127.0.0.1", "--disable-usage-stats"],
                          env=env, capture_output=True, text=True, timeout=120)
     try:
@@ -79,7 +81,7 @@ def test_submit_runs_a_search_as_a_ray_job_then_status_and_query_read_it(head, t
 def test_plain_ray_job_submit_puts_the_run_under_the_storage_root(head, tmp_path):
     root = tmp_path / "runs"
     env = {**os.environ, "RAY_AUTH_MODE": "token"}  # the client sends ~/.ray/auth_token
-    out = subprocess.run(["ray", "job", "submit", "--address", head, "--working-dir", ".", "--",
+    out = subprocess.run([*RAY, "job", "submit", "--address", head, "--working-dir", ".", "--",
                           "python", "-m", "controller", "run", CONFIG, "--no-report", "--max-evals", "4",
                           "--set", "evaluator.actors=1", "--set", f"cluster.storage_root={root}"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
