@@ -53,6 +53,16 @@ class Pending(dict):
         self.kinds[self[ref][0]] -= 1
         super().__delitem__(ref)
 
+    def pop(self, ref, *default):
+        if ref in self:
+            self.kinds[self[ref][0]] -= 1
+        return super().pop(ref, *default)
+
+    def popitem(self):
+        ref, job = super().popitem()
+        self.kinds[job[0]] -= 1
+        return ref, job
+
     def clear(self) -> None:
         super().clear()
         self.kinds.clear()
