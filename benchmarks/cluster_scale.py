@@ -12,8 +12,8 @@ actors spread over 8 "nodes" of a 2-core machine. The driver is the real run loo
 Each evaluation is the fixed-cost user domain (benchmarks/fixed_cost.py): --cost
 seconds of sleep in the evaluator plus one call of the program in its real sandbox,
 so the ideal rate is actors / cost. The measured window starts once every actor is
-ready and the first `actors` results are in (the seed, then the pipeline filling), and
-ends before the last `actors` results (the drain, when no more are sent).
+ready (the search starts only then) and the first `actors` results are in (the seed,
+then the pipeline filling), and ends before the last `actors` results (the drain, when no more are sent).
 
 Printed per actor count: evaluations per second, ideal, efficiency, the mean time an
 evaluation took inside its evaluator (sleep plus sandbox: what the actors cannot beat),
@@ -72,6 +72,10 @@ class Timed(Search):
         if self.instant:
             return InstantEvaluator.remote()
         return super()._new_evaluator()
+
+    def _fill(self, searching):
+        if hasattr(self, "all_ready"):  # nothing starts until every actor is up: the window sees them all
+            super()._fill(searching)
 
     def _arrived(self, probes):
         super()._arrived(probes)
