@@ -39,8 +39,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import numpy as np  # noqa: E402
 import ray  # noqa: E402
-from ray.cluster_utils import Cluster  # noqa: E402
 
 from controller.actors import EVALUATOR_OPTIONS, where  # noqa: E402
 from controller.config import read_domain_file, validate  # noqa: E402
@@ -48,6 +48,7 @@ from controller.loop import Search  # noqa: E402
 from evaluators.secrets import RunSecrets  # noqa: E402
 from store.duckdb_archive import DuckDBArchive  # noqa: E402
 from store.records import EvalResult, Status  # noqa: E402
+from tests.local_cluster import start_cluster, stop_cluster  # noqa: E402
 
 
 @ray.remote(**EVALUATOR_OPTIONS)
@@ -113,13 +114,16 @@ def measure(args, actors: int, folder: Path) -> dict:
                 ray.kill(actor)
     assert status == "completed", status
     after = [m for m in search.marks if m[0] > search.all_ready[0]]
-    start, window = after[actors - 1], after[actors:len(after) - actors]  # after the first round, before the drain
-    wall, cpu = window[-1][0] - start[0], window[-1][1] - start[1]
-    rate = len(window) / wall
+    window = after[actors - 1:len(after) - actors]  # after the first round, before the drain
+    # results come in waves (the actors start together): the slope of the count against time
+    # (and of the driver's CPU time against the count) over the whole window, not its two ends
+    times, cpus = np.array([m[0] for m in window]), np.array([m[1] for m in window])
+    rate = float(np.polyfit(times - times[0], np.arange(len(window)), 1)[0])
+    cpu_per = float(np.polyfit(np.arange(len(window)), cpus, 1)[0])
     duration = sum(m[3] for m in window) / len(window)  # as the evaluator measured it: sleep plus sandbox
     ideal = actors / args.cost if not args.instant else float("nan")
     return {"actors": actors, "evals": len(window), "rate": rate, "ideal": ideal, "efficiency": rate / ideal,
-            "cpu_ms": 1000 * cpu / len(window), "eval_s": duration, "busy": rate * duration / actors, "nodes": len({m[2] for m in after})}
+            "cpu_ms": 1000 * cpu_per, "eval_s": duration, "busy": rate * duration / actors, "nodes": len({m[2] for m in after})}
 
 
 def _stop(signum, frame):
@@ -139,12 +143,8 @@ def main() -> None:
     counts = [int(n) for n in args.actors.split(",")]
     if max(counts) > args.nodes * args.cpus_per_node:
         parser.error(f"{max(counts)} actors need more than {args.nodes} x {args.cpus_per_node} CPUs")
-    temp = tempfile.mkdtemp(prefix="cs", dir="/tmp")
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": args.cpus_per_node, "temp_dir": temp,
-                                                            "include_dashboard": False})
-    for _ in range(args.nodes - 1):
-        cluster.add_node(num_cpus=args.cpus_per_node)
-    cluster.wait_for_nodes()
+    cluster = start_cluster(args.nodes, args.cpus_per_node)  # leaves the machine's other Rays alone
+    temp = tempfile.mkdtemp(prefix="cs", dir="/tmp")  # the archives
     ray.init(address=cluster.address, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
     print(f"load before: {os.getloadavg()[0]:.2f} (1-min), {os.cpu_count()} cores; {args.nodes} nodes x "
@@ -160,7 +160,7 @@ def main() -> None:
     finally:
         print(f"load after: {os.getloadavg()[0]:.2f} (1-min)")
         ray.shutdown()
-        cluster.shutdown()
+        stop_cluster(cluster)
         shutil.rmtree(temp, ignore_errors=True)
 
 
