@@ -39,16 +39,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import numpy as np  # noqa: E402
-import ray  # noqa: E402
+import numpy as np
+import ray
 
-from controller.actors import EVALUATOR_OPTIONS, where  # noqa: E402
-from controller.config import read_domain_file, validate  # noqa: E402
-from controller.loop import Search  # noqa: E402
-from evaluators.secrets import RunSecrets  # noqa: E402
-from store.duckdb_archive import DuckDBArchive  # noqa: E402
-from store.records import EvalResult, Status  # noqa: E402
-from tests.local_cluster import start_cluster, stop_cluster  # noqa: E402
+from controller.actors import EVALUATOR_OPTIONS, where
+from controller.config import read_domain_file, validate
+from controller.loop import Search
+from evaluators.secrets import RunSecrets
+from store.duckdb_archive import DuckDBArchive
+from store.records import EvalResult, Status
+from tests.local_cluster import start_cluster, stop_cluster
 
 
 @ray.remote(**EVALUATOR_OPTIONS)

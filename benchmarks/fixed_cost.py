@@ -9,6 +9,7 @@ one), so the search has something to improve. The seed has no PARAMS; with
 from __future__ import annotations
 
 import time
+from typing import ClassVar
 
 from pydantic import Field
 
@@ -40,7 +41,7 @@ class FixedCost(SimpleDomain):
     entry_point = "act"
     config_model = FixedCostOptions
     seed_program = SEED
-    baseline_programs = {"seed": SEED}
+    baseline_programs: ClassVar[dict[str, str]] = {"seed": SEED}
     action_shape = ()
     action_bounds = (-1e6, 1e6)
 

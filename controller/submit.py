@@ -69,7 +69,7 @@ def _token_auth_if_token_found() -> None:
 def run_dir_for(name: str, storage_root: str, given: str | None) -> str:
     """The run directory on the driver's node: absolute, or under the driver's home (`~/...`)."""
     path = given or str(PurePosixPath(storage_root) / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}")
-    if not (path.startswith("/") or path.startswith("~/")):
+    if not path.startswith(("/", "~/")):
         raise UserError(f"run directory {path!r}: give an absolute path on the driver's node (or one under ~/), "
                         "never a relative one: the job runs in a copy of the project that Ray deletes")
     return path

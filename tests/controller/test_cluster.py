@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from store.query import run_query
+from store.query import QueryError, run_query
 from tests.controller.runs import ROOT, atoll, counts, kill_group, start
 from tests.local_cluster import start_cluster, stop_cluster
 
@@ -64,7 +64,7 @@ def test_a_node_lost_and_a_node_added_mid_run_leave_a_whole_archive(cluster, tmp
         cluster.remove_node(lost, allow_graceful=False)  # its actors and their sandboxes die with it
         _wait(lambda: counts(run_dir)[0] >= 16, proc)
         added = cluster.add_node(num_cpus=1)
-        out, err = proc.communicate(timeout=150)
+        _, err = proc.communicate(timeout=150)
     finally:
         kill_group(proc)
     assert proc.returncode == 0, err
@@ -86,7 +86,7 @@ def _wait(condition, proc, limit: float = 120) -> None:
         try:
             if condition():
                 return
-        except Exception:  # noqa: BLE001  the archive does not exist yet
+        except QueryError:  # the archive does not exist yet
             pass
         time.sleep(0.2)
     raise AssertionError("the run made no progress")

@@ -11,7 +11,7 @@ def test_counts_follow_every_change():
     del jobs["b"]
     assert jobs.pop("c")[0] == "eval" and jobs.pop("zz", None) is None
     assert (jobs.count("eval"), jobs.count("mutate")) == (0, 0)
-    ref, job = jobs.popitem()
+    ref, _ = jobs.popitem()
     assert ref == "a" and jobs.count("heldout") == 0 and jobs.count() == 0
     jobs["d"] = ("llm", 4, None)
     jobs.clear()
