@@ -5,6 +5,7 @@ testable without Ray; `ray.remote(TheClass)` makes the actor.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -34,12 +35,30 @@ class MutationWorker:
             return f"mutation failed: {exc}"
 
 
+class NodeEvaluator(Evaluator):
+    """The evaluator as a Ray actor: each result names the node it was measured on (the archive keeps it)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.node = where()
+
+    def evaluate(self, program_id: str, code: str, split: str):
+        return dataclasses.replace(super().evaluate(program_id, code, split), node_id=self.node[0],
+                                   node_ip=self.node[1])
+
+
+def where() -> tuple[str, str]:
+    """(node id, node IP) of the Ray node this process runs on."""
+    return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
+
+
 # Evaluators are not restarted by Ray: the driver replaces a lost one, because only it knows which
 # program was running and may be the cause (controller.faults). A mutator is a pure function of its
 # request, so Ray restarts it and retries its requests; the driver steps in when Ray gives up.
-EVALUATOR_OPTIONS = {"num_cpus": 1, "max_restarts": 0}
+# SPREAD: a cluster's evaluators go to every node, not first to fill the head.
+EVALUATOR_OPTIONS = {"num_cpus": 1, "max_restarts": 0, "scheduling_strategy": "SPREAD"}
 MUTATOR_OPTIONS = {"num_cpus": 0, "max_restarts": 3, "max_task_retries": 2}
-EvaluatorActor = ray.remote(**EVALUATOR_OPTIONS)(Evaluator)
+EvaluatorActor = ray.remote(**EVALUATOR_OPTIONS)(NodeEvaluator)
 MutatorActor = ray.remote(**MUTATOR_OPTIONS)(MutationWorker)
 
 
@@ -75,6 +94,8 @@ def connect(address: str | None, num_cpus: int | None = None) -> dict:
     # Atoll's own tree first, then the caller's path (where a user's domain package may live)
     paths = [project_root(), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     env = {"env_vars": {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}}
+    if os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR"):  # a Ray job: its working_dir reaches every node
+        env = {}
     if address:
         join(address, env, source)  # a bad address is one line, before the run exists
     else:

@@ -23,6 +23,8 @@ EPILOG = """examples:
   atoll baselines configs/inventory.toml
   atoll new-domain pricing                          write an example domain of your own into ./pricing
   atoll check pricing/pricing.toml                  check that a domain keeps the contract
+  atoll submit configs/inventory.toml --address http://HEAD:8265   the search as a Ray job on a cluster
+  atoll jobs --address http://HEAD:8265             Atoll's jobs there, with their run directories
 
 shipped configs (configs/*.toml): inventory; milp_setcover, milp_cauctions, milp_facility,
 milp_indset; control_lunarlander, control_pendulum, control_mountaincar; trading_sp500,
@@ -70,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("config", help="TOML config naming the domain, e.g. pricing/pricing.toml")
     check.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     _control_parsers(sub)
+    _add_cluster_commands(sub)
     return parser
 
 
@@ -89,6 +92,30 @@ def _control_parsers(sub) -> None:
             p.add_argument("--every", type=float, default=5.0, help="seconds between status updates (default 5)")
         p.add_argument("--token-file", help="the run's control token, for a run bound beyond loopback "
                                             "(default: ATOLL_CONTROL_TOKEN)")
+
+
+def _add_cluster_commands(sub) -> None:
+    """`atoll submit` and `atoll jobs`: searches as Ray jobs on a cluster (controller/submit.py)."""
+    address = ("the cluster's job server (its dashboard), default RAY_API_SERVER_ADDRESS, else "
+               "http://127.0.0.1:8265")
+    submit = sub.add_parser("submit", help="submit a search (or its resume) to a Ray cluster as a Ray job")
+    submit.add_argument("config", nargs="?", help="TOML config inside the project folder (it travels as the "
+                                                  "job's working directory)")
+    submit.add_argument("--resume", metavar="RUN_DIR", help="submit `atoll resume RUN_DIR` instead (a run "
+                                                            "directory on the driver's node)")
+    submit.add_argument("--address", help=address)
+    submit.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override a config value (repeatable)")
+    submit.add_argument("--max-evals", type=int, help="shorthand for --set run.max_evals=N")
+    submit.add_argument("--run-dir", help="the run directory on the driver's node, absolute or under ~/ "
+                                          "(default STORAGE_ROOT/NAME-TIMESTAMP)")
+    submit.add_argument("--storage-root", help="folder on the driver's node for run directories "
+                                               "(default: the config's cluster.storage_root, ~/atoll-runs)")
+    submit.add_argument("--no-report", action="store_true", help="skip the held-out table at the end")
+    submit.add_argument("--wait", action="store_true", help="print the job's output until it ends; exit 0 "
+                                                            "if it succeeded")
+    jobs = sub.add_parser("jobs", help="list the Atoll jobs of a Ray cluster with their run directories")
+    jobs.add_argument("--address", help=address)
 
 
 def main(argv: list[str] | None = None) -> int:

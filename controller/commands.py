@@ -15,6 +15,7 @@ from controller.cli import UserError
 from controller.config import apply_overrides, load_config, validate
 from controller.domain_commands import cmd_check, cmd_new_domain  # noqa: F401  (the CLI finds commands here)
 from controller.control_commands import cmd_continue, cmd_pause, cmd_set, cmd_stop, cmd_watch  # noqa: F401
+from controller.submit import cmd_jobs, cmd_submit, storage_root  # noqa: F401
 
 # Output to a file or a pipe (a log, a job's driver output) is not cut to 80 columns:
 # the held-out tables stay one line per row there.
@@ -36,12 +37,13 @@ def cmd_run(args) -> int:
 
     overrides = list(args.set) + ([f"run.max_evals={args.max_evals}"] if args.max_evals is not None else [])
     config, text = load_config(args.config, overrides)
+    root = storage_root(config, args.run_dir)  # in a Ray job: never inside Ray's copy of the working dir
     protections = _sandbox_protections(config)
     if args.run_dir:
         rundir.check_free(Path(args.run_dir))
     args.control = _control_setup(config)
     connect(args.ray_address)
-    run_dir = rundir.claim(config.run.name, args.run_dir)
+    run_dir = rundir.claim(config.run.name, args.run_dir, root)
     run_id = run_dir.resolve().name + "-" + time.strftime("%H%M%S")
     secrets = _new_secrets(config)
 
@@ -162,7 +164,7 @@ def _search_and_report(config, archive, run_id, run_dir, args) -> int:
     console.print(f"search {status}: {archive.count_evaluations(run_id, 'search')} evaluations")
     _llm_summary(archive, run_id)
     if status != "interrupted" and not args.no_report:
-        return _report(archive, run_id, search.domain, search.evaluators, run_dir,
+        return _report(archive, run_id, search.domain, search.ready_evaluators(), run_dir,
                        lambda: new_evaluator(config, hide, secrets=secrets))
     if status == "interrupted":
         console.print(f"stopped; everything finished is committed. Continue with: atoll resume {run_dir}",

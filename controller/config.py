@@ -69,6 +69,13 @@ class ControllerConfig(_Strict):
     actor_death_retries: int = Field(1, ge=0, le=10, description="Times a job that was running when its actor's process died is run again (on a fresh actor); after that an evaluation is stored FAILED with the reason and a mutation request is dropped.")
 
 
+class ClusterConfig(_Strict):
+    """Running on a Ray cluster: where submitted runs keep their archives, and how the evaluators follow the nodes."""
+
+    storage_root: str = Field("~/atoll-runs", min_length=1, description="Folder on the driver's node under which `atoll submit` puts each run directory (never inside the job's unpacked working directory, which Ray deletes); '~' is the driver node's home.")
+    scale_every_s: float = Field(2.0, gt=0, description="How often the driver looks at the cluster's CPUs and, with evaluator.actors = 0, starts an evaluator for each CPU that joined.")
+
+
 class AtollConfig(_Strict):
     """The whole run."""
 
@@ -79,6 +86,7 @@ class AtollConfig(_Strict):
     evaluator: EvaluatorConfig = Field(default_factory=EvaluatorConfig, description="Evaluator pool and sandbox.")
     controller: ControllerConfig = Field(default_factory=ControllerConfig, description="Run loop.")
     control: ControlConfig = Field(default_factory=ControlConfig, description="Steering the live run over gRPC.")
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig, description="Ray cluster: storage root, scaling.")
 
 
 def _first_error(exc: ValidationError, prefix: str = "") -> str:

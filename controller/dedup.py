@@ -9,6 +9,7 @@ with the programs' text; each evaluation stores its normal form's hash
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections import Counter
 from typing import Iterable
@@ -18,6 +19,7 @@ from store.records import code_hash
 from workers.normal_form import normal_form
 
 
+@functools.lru_cache(maxsize=512)  # a proposal is checked, then added, then added again as evaluated
 def form_hash(code: str) -> str | None:
     """The 16-hex-digit hash of `code`'s normal form, or None if it does not parse."""
     form = normal_form(code)

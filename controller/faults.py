@@ -32,6 +32,7 @@ import ray
 from ray.exceptions import RayActorError, RayError
 
 _FULL = ("No space left on device", "Disk quota exceeded")
+_SETTLE_S = 10.0
 
 
 class Deaths:
@@ -85,7 +86,9 @@ def triage(keys: dict, deaths: Deaths, job: str = "evaluation", actor: str = "ev
 
 
 def _finished(ref) -> bool:
-    if not ray.wait([ref], timeout=0)[0]:
+    # Every job of a dead actor resolves soon: with its result (its reply may still be on the way
+    # when the death is seen) or with the actor's death. Waiting for it tells the two apart.
+    if not ray.wait([ref], timeout=_SETTLE_S)[0]:
         return False
     try:
         ray.get(ref)

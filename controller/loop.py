@@ -18,6 +18,7 @@ from ray.exceptions import RayActorError, RayTaskError
 
 from controller import faults
 from controller.actors import evaluator_count, new_evaluator, new_mutator
+from controller.cluster import EvaluatorPool, Pending
 from controller.dedup import Dedup
 from controller.helm import Helm
 from controller.progress import Progress
@@ -34,14 +35,14 @@ def new_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
-class Search:
+class Search(EvaluatorPool):
     """Drives one run until its budget is spent or it is interrupted."""
 
     def __init__(self, config, archive, run_id: str, run_dir, hide: tuple[str, ...] = (), *, secrets):
         self.config, self.archive, self.run_id, self.run_dir = config, archive, run_id, run_dir
         self.secrets = secrets  # the run's, from its archive: every evaluator gets the same
         self.domain = get_domain(config.domain, secrets=secrets)
-        self.pending: dict = {}
+        self.pending = Pending()  # ref -> (kind, payload, actor index)
         self.results: list = []
         self.heldout: list = []
         self.events: list = []
@@ -67,9 +68,7 @@ class Search:
     # --- actors -------------------------------------------------------------
     def _start_actors(self) -> None:
         c = self.config
-        n = evaluator_count(c)
-        self.evaluators = [self._new_evaluator() for _ in range(n)]
-        self.load = {i: 0 for i in range(n)}
+        self._start_evaluators(evaluator_count(c))  # controller.cluster: slots, readiness, nodes
         self.mutators = [self._new_mutator() for _ in range(c.mutator.workers)]
         self._next_mutator = 0
         self.proposals.start()
@@ -81,6 +80,9 @@ class Search:
         return new_mutator(self.config)
 
     def _submit_eval(self, candidate: Candidate, split: str = "search") -> None:
+        if not self.load:  # no evaluator is ready yet: it waits for one (controller.cluster)
+            self.backlog.append((candidate, split))
+            return
         i = min(self.load, key=self.load.get)
         self.load[i] += 1
         race = self._race_spec(candidate) if split == "search" else None
@@ -144,10 +146,10 @@ class Search:
 
     # --- the loop -----------------------------------------------------------
     def in_flight(self, kind: str | None = None) -> int:
-        return sum(1 for k, *_ in self.pending.values() if kind is None or k == kind)
+        return self.pending.count(kind) + self._backlogged(kind)
 
     def _capacity(self) -> int:
-        return len(self.evaluators) * self.config.controller.in_flight_per_actor
+        return len(self.load) * self.config.controller.in_flight_per_actor
 
     def _budget_left(self) -> int:
         busy = self.in_flight("eval") + self.in_flight("mutate") + self.in_flight("llm") + len(self.results)
@@ -156,7 +158,7 @@ class Search:
     def _fill(self, searching: bool) -> None:
         if not searching or self.helm.paused:
             return
-        if self.done == 0 and not self.pending and not self.results:
+        if self.done == 0 and not self.pending and not self.results and not self.backlog:
             self._submit_eval(Candidate(new_id(), self.run_id, 0, 0, (), self.domain.seed_program, "seed", time.time()))
             return
         if self.islands.best() is None:
@@ -189,13 +191,11 @@ class Search:
                         drain_until = now + self.config.evaluator.sandbox.wall_s + 5
                         status = "wall-time" if self._budget_left() > 0 else status
                     self._fill(searching)
-                    if not self.pending and not (self.helm.paused and self._budget_left() > 0):
-                        break
-                    ready = ray.wait(list(self.pending), num_returns=1, timeout=0.5)[0] if self.pending else []
-                    if not self.pending:
-                        time.sleep(0.2)  # paused with nothing in flight
-                    for ref in ready:
-                        self._handle(ref, *self.pending[ref])
+                    if self._finished(searching) and not (self.helm.paused and self._budget_left() > 0):
+                        break  # a paused run with budget left stays alive, sleeping in _wait
+                    for ref in self._wait():  # also takes in evaluators that became ready (controller.cluster)
+                        if ref in self.pending:  # a lost actor's other jobs left with it
+                            self._handle(ref, *self.pending[ref])
                     if drain_until is not None and time.monotonic() > drain_until:
                         self._cancel_all()
                     now = time.monotonic()
@@ -227,6 +227,7 @@ class Search:
             except Exception:  # noqa: BLE001  cancelling is best effort, the results are discarded
                 pass
         self.pending.clear()
+        self.backlog.clear()
 
     # --- results ------------------------------------------------------------
     def _handle(self, ref, kind: str, payload, actor: int | None) -> None:
@@ -279,11 +280,10 @@ class Search:
             self._give_up(*jobs[fate.given_up], fate.reason)
 
     def _replace(self, mutating: bool, actor: int) -> None:
-        pool = self.mutators if mutating else self.evaluators
-        faults.retire(pool[actor])
-        pool[actor] = self._new_mutator() if mutating else self._new_evaluator()
         if not mutating:
-            self.load[actor] = 0
+            return self._replace_evaluator(actor)  # controller.cluster: it works once placed and ready
+        faults.retire(self.mutators[actor])
+        self.mutators[actor] = self._new_mutator()
 
     def _resend(self, kind: str, payload) -> None:
         if kind == "mutate":

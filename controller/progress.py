@@ -39,6 +39,10 @@ class Progress:
                 "left_s": max(0.0, self.max_wall_s - elapsed), "in_flight": s.in_flight()}
 
     def update(self, elapsed: float) -> None:
+        now = time.monotonic()  # the loop calls this every pass: figures at most four times a second
+        if now - getattr(self, "_last_update", 0.0) < 0.25:
+            return
+        self._last_update = now
         f = self.figures(elapsed)
         if self.live:
             self.live.update(self._table(f))

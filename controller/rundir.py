@@ -55,13 +55,13 @@ def check_free(run_dir: Path) -> None:
         raise UserError(f"{run_dir} already holds a run; continue it with: atoll resume {run_dir}")
 
 
-def claim(name: str, given: str | None) -> Path:
-    """The given directory, or a new one under runs/ that no other run claimed (two may start in one second)."""
+def claim(name: str, given: str | None, root: Path = Path("runs")) -> Path:
+    """The given directory, or a new one under `root` that no other run claimed (two may start in one second)."""
     if given:
         run_dir = Path(given)
         run_dir.mkdir(parents=True, exist_ok=True)
         return run_dir
-    base = Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    base = root / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     for n in range(1, 1000):
         run_dir = base.with_name(base.name + (f"-{n}" if n > 1 else ""))
         try:

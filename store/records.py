@@ -80,3 +80,5 @@ class EvalResult:
     tuned_params: dict = field(default_factory=dict)  # name -> value written back into code
     error: str | None = None
     duration_s: float = 0.0
+    node_id: str | None = None  # the Ray node whose evaluator measured it (controller.actors)
+    node_ip: str | None = None

@@ -232,6 +232,8 @@ class Writer:
             "descriptors": _finite_lists([r.descriptors for r, _ in items]),
             "error": pa.array([r.error for r, _ in items], pa.string()),
             "duration_s": pa.array([float(r.duration_s) for r, _ in items], pa.float64()),
+            "node_id": pa.array([r.node_id for r, _ in items], pa.string()),
+            "node_ip": pa.array([r.node_ip for r, _ in items], pa.string()),
             "created_at": [now] * len(items)}))
         researched = [r for r, _ in stored if r.split == "search"]
         return self._update_search(researched) if researched else None

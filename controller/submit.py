@@ -1,0 +1,206 @@
+"""`atoll submit`: a search (or the resume of one) as a Ray job, through Ray's job submission SDK.
+
+The project travels as the job's working directory (Ray unpacks it on every node);
+the entry point is Atoll's own command, `python -m controller run CONFIG --run-dir DIR`.
+The run directory lies under a storage root on the driver's node (`cluster.storage_root`,
+or `--storage-root`; `~` is that node's home), never inside the unpacked working directory,
+which Ray deletes when the job ends. The job's metadata records the run directory, so
+`atoll jobs` finds it, and `atoll status`, `query` and `submit --resume` take it.
+
+Ray's token authentication stays on: the client sends the cluster's token, which it finds
+in RAY_AUTH_TOKEN, in the file RAY_AUTH_TOKEN_PATH names, or in ~/.ray/auth_token (where
+`ray start` writes it on the head node; copy it to the client's machine).
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import time
+import uuid
+from pathlib import Path, PurePosixPath
+
+from controller.cli import UserError
+
+DEFAULT_ADDRESS = "http://127.0.0.1:8265"
+# Never shipped: git's data, run directories and archives, caches (Ray also honours .gitignore files).
+EXCLUDES = [".git", "runs", "*.duckdb", "*.duckdb.wal", "__pycache__", ".pytest_cache", ".mypy_cache",
+            ".ruff_cache", "*.egg-info", ".venv", "venv", ".cache"]
+METADATA_KEY = "atoll_run_dir"
+
+
+def project_root() -> Path:
+    return Path(__file__).resolve().parents[1]
+
+
+def address_of(given: str | None) -> str:
+    """The job server's address: --address, else RAY_API_SERVER_ADDRESS, else the local head's."""
+    return given or os.environ.get("RAY_API_SERVER_ADDRESS") or DEFAULT_ADDRESS
+
+
+def client(address: str):
+    """A JobSubmissionClient for `address`; no answer, or a refused token, is one line."""
+    _token_auth_if_token_found()
+    from ray.job_submission import JobSubmissionClient
+
+    try:
+        return JobSubmissionClient(address)
+    except Exception as exc:  # noqa: BLE001  ConnectionError, ValueError, an HTTP error: all one line
+        raise UserError(f"--address {address}: {_why(exc)}") from None
+
+
+def _why(exc: Exception) -> str:
+    text = str(exc)
+    if "authentication" in text.lower() or "401" in text or "403" in text:
+        return ("the cluster refused this client's token; put the head node's ~/.ray/auth_token in the same "
+                "place here, or set RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH)")
+    return ("no Ray cluster's job server answers there; start one with `ray start --head` (its dashboard serves "
+            "jobs on port 8265), or give the head's address, e.g. --address http://HEAD:8265")
+
+
+def _token_auth_if_token_found() -> None:
+    """Send the token when there is one, as `ray start` and `ray.init` do (RAY_AUTH_MODE decides if set)."""
+    if "RAY_AUTH_MODE" in os.environ:
+        return
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token"
+    if os.environ.get("RAY_AUTH_TOKEN") or Path(path).is_file():
+        os.environ["RAY_AUTH_MODE"] = "token"
+
+
+def run_dir_for(name: str, storage_root: str, given: str | None) -> str:
+    """The run directory on the driver's node: absolute, or under the driver's home (`~/...`)."""
+    path = given or str(PurePosixPath(storage_root) / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if not path.startswith(("/", "~/")):
+        raise UserError(f"run directory {path!r}: give an absolute path on the driver's node (or one under ~/), "
+                        "never a relative one: the job runs in a copy of the project that Ray deletes")
+    return path
+
+
+def shell_path(path: str) -> str:
+    """`path` quoted for the driver's shell, its leading ~/ left for that shell to expand."""
+    if path.startswith("~/"):
+        return "~/" + shlex.quote(path[2:])
+    return shlex.quote(path)
+
+
+def shipped_path(path: Path, what: str) -> str:
+    """`path` relative to the project, which travels as the working directory; one outside it is refused."""
+    root = project_root()
+    try:
+        return str(path.resolve().relative_to(root))
+    except ValueError:
+        raise UserError(f"{what} {path} lies outside {root}, the folder that travels to the cluster as the job's "
+                        "working directory; put it inside that folder") from None
+
+
+def entrypoint(args, config) -> tuple[str, str]:
+    """(the job's command, its run directory) for `atoll submit CONFIG` or `atoll submit --resume DIR`."""
+    if args.resume:
+        run_dir = run_dir_for("", "", args.resume)
+        words = ["python", "-m", "controller", "resume", shell_path(run_dir)]
+    else:
+        run_dir = run_dir_for(config.run.name, args.storage_root or config.cluster.storage_root, args.run_dir)
+        if config.domain.path:
+            shipped_path(Path(config.domain.path), "domain.path")
+        words = ["python", "-m", "controller", "run", shlex.quote(shipped_path(Path(args.config), "config")),
+                 "--run-dir", shell_path(run_dir)]
+    for item in args.set:
+        words += ["--set", shlex.quote(item)]
+    if args.no_report:
+        words.append("--no-report")
+    return " ".join(words), run_dir
+
+
+def submit(args, config) -> tuple[str, str]:
+    """Submit the job; returns (job id, run directory)."""
+    command, run_dir = entrypoint(args, config)
+    jobs = client(address_of(args.address))
+    name = PurePosixPath(run_dir).name
+    try:
+        job_id = jobs.submit_job(
+            entrypoint=command, submission_id=f"atoll-{name}-{uuid.uuid4().hex[:6]}",
+            runtime_env={"working_dir": str(project_root()), "excludes": EXCLUDES},
+            metadata={METADATA_KEY: run_dir, "atoll_command": "resume" if args.resume else "run"})
+    except Exception as exc:  # noqa: BLE001  the job server refused it (HTTP error text), one line
+        raise UserError(f"the cluster at {address_of(args.address)} refused the job: "
+                        f"{(str(exc).strip().splitlines() or [type(exc).__name__])[-1]}") from None
+    return job_id, run_dir
+
+
+def follow(address: str, job_id: str) -> str:
+    """Print the job's logs as they come until it ends; returns its final status."""
+    import asyncio
+
+    jobs = client(address)
+
+    async def tail():
+        async for lines in jobs.tail_job_logs(job_id):
+            print(lines, end="", flush=True)
+    asyncio.run(tail())
+    for _ in range(100):  # the log stream ends a moment before the status is final
+        status = str(jobs.get_job_status(job_id).value)
+        if status in ("SUCCEEDED", "FAILED", "STOPPED"):
+            return status
+        time.sleep(0.1)
+    return status
+
+
+def list_runs(address: str) -> list[tuple[str, str, str, str]]:
+    """(job id, status, command, run directory) of every Atoll job the cluster knows, oldest first."""
+    jobs = client(address)
+    rows = []
+    for job in sorted(jobs.list_jobs(), key=lambda j: j.start_time or 0):
+        meta = job.metadata or {}
+        if METADATA_KEY in meta:
+            rows.append((job.submission_id or job.job_id, str(job.status.value), meta.get("atoll_command", ""),
+                         meta[METADATA_KEY]))
+    return rows
+
+
+def in_ray_job() -> bool:
+    """Whether this process is a Ray job's driver (`ray job submit`, `atoll submit`)."""
+    return bool(os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR"))
+
+
+def storage_root(config, given: str | None) -> Path:
+    """Where `atoll run` puts a new run directory: runs/ here, but in a Ray job `cluster.storage_root`.
+
+    A Ray job runs in Ray's unpacked copy of the working directory, deleted when the job
+    ends: a run directory there would be lost, so a relative --run-dir is refused.
+    """
+    if not in_ray_job():
+        return Path("runs")
+    if given and not Path(given).expanduser().is_absolute():
+        raise UserError(f"--run-dir {given}: in a Ray job a relative path lies in Ray's copy of the working "
+                        "directory, which Ray deletes; give an absolute path (or none: cluster.storage_root)")
+    return Path(config.cluster.storage_root).expanduser()
+
+
+# --- the commands ---------------------------------------------------------------------------
+def cmd_submit(args) -> int:
+    from controller.commands import console
+    from controller.config import load_config
+
+    if bool(args.config) == bool(args.resume):
+        raise UserError("submit: give a CONFIG to start a run, or --resume RUN_DIR to continue one (not both)")
+    args.set = list(args.set) + ([f"run.max_evals={args.max_evals}"] if args.max_evals is not None else [])
+    config = None if args.resume else load_config(args.config, args.set)[0]  # a bad config stops here
+    address = address_of(args.address)
+    job_id, run_dir = submit(args, config)
+    console.print(f"[bold]atoll[/] submitted job {job_id} to {address}; its run directory on the driver's node: "
+                  f"{run_dir}", soft_wrap=True)
+    console.print(f"  follow it:   ray job logs -f {job_id} --address {address}\n"
+                  f"  status:      atoll status {run_dir}      (on the driver's node)\n"
+                  f"  stop it:     ray job stop {job_id} --address {address}   (commits, then stops)\n"
+                  f"  continue:    atoll submit --resume {run_dir} --address {address}", soft_wrap=True)
+    if not args.wait:
+        return 0
+    status = follow(address, job_id)
+    console.print(f"[bold]atoll[/] job {job_id} {status}", soft_wrap=True)
+    return 0 if status == "SUCCEEDED" else 1
+
+
+def cmd_jobs(args) -> int:
+    from controller.commands import _print_rows
+
+    _print_rows(("job", "status", "command", "run directory"), list_runs(address_of(args.address)), "")
+    return 0

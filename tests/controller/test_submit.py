@@ -1,0 +1,126 @@
+"""`atoll submit` against a real Ray started with `ray start --head` (loopback, token authentication on).
+
+The head runs in a temp dir of its own and is stopped by killing the processes that name
+that dir (never `ray stop`, which would stop every Ray on the machine).
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import psutil
+import pytest
+
+from store.query import run_query
+from tests.controller.runs import ROOT, atoll
+
+CONFIG = "benchmarks/fixed_cost.toml"
+RAY = [sys.executable, "-m", "ray.scripts.scripts"]  # the `ray` command of this Python
+
+
+@pytest.fixture(scope="module")
+def head():
+    """A one-node cluster from `ray start --head`, its job server on 127.0.0.1:8265; yields that address."""
+    temp = tempfile.mkdtemp(prefix="rs", dir="/tmp")
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
+    out = subprocess.run([*RAY, "start", "--head", "--num-cpus=2", f"--temp-dir={temp}", "--include-dashboard=true",
+                          "--dashboard-host=127.0.0.1", "--disable-usage-stats"],
+                         env=env, capture_output=True, text=True, timeout=120, check=False)
+    try:
+        assert out.returncode == 0, out.stdout + out.stderr
+        yield "http://127.0.0.1:8265"
+    finally:
+        _stop(temp)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _stop(temp: str) -> None:
+    """Kill the processes of the Ray started in `temp` (each names its session folder there), and theirs."""
+    ours = [p for p in psutil.process_iter(["cmdline"]) if any(temp in part for part in p.info["cmdline"] or ())]
+    family = {p.pid: p for p in ours}
+    for p in ours:
+        try:
+            family.update({c.pid: c for c in p.children(recursive=True)})
+        except psutil.NoSuchProcess:
+            pass
+    for p in family.values():
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(list(family.values()), timeout=10)
+
+
+def _count(run_dir) -> int:
+    _, rows, _ = run_query(run_dir, "SELECT count(*) FROM evaluations WHERE split = 'search'")
+    return rows[0][0]
+
+
+def test_submit_runs_a_search_as_a_ray_job_then_status_and_query_read_it(head, tmp_path):
+    run_dir = tmp_path / "run"
+    out = atoll(tmp_path, "submit", CONFIG, "--address", head, "--run-dir", run_dir, "--max-evals", 10,
+                "--set", "evaluator.actors=2", "--no-report", "--wait", timeout=180)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "submitted job atoll-run-" in out.stdout and "ray job logs -f atoll-run-" in out.stdout
+    assert "search completed: 10 evaluations" in out.stdout  # the job's own output, followed
+    status = atoll(tmp_path, "status", run_dir)
+    assert status.returncode == 0 and "completed" in status.stdout
+    assert _count(run_dir) == 10
+    query = atoll(tmp_path, "query", run_dir, "SELECT count(DISTINCT node_id) AS nodes FROM evaluations", "--json")
+    assert query.stdout.strip() == '{"nodes": 1}'
+    jobs = atoll(tmp_path, "jobs", "--address", head)
+    assert str(run_dir) in jobs.stdout and "SUCCEEDED" in jobs.stdout
+
+    more = atoll(tmp_path, "submit", "--resume", run_dir, "--address", head, "--set", "run.max_evals=14",
+                 "--no-report", "--wait", timeout=180)
+    assert more.returncode == 0, more.stdout + more.stderr
+    assert _count(run_dir) == 14
+
+
+def test_plain_ray_job_submit_puts_the_run_under_the_storage_root(head, tmp_path):
+    root = tmp_path / "runs"
+    env = {**os.environ, "RAY_AUTH_MODE": "token"}  # the client sends ~/.ray/auth_token
+    out = subprocess.run([*RAY, "job", "submit", "--address", head, "--working-dir", ".", "--",
+                          "python", "-m", "controller", "run", CONFIG, "--no-report", "--max-evals", "4",
+                          "--set", "evaluator.actors=1", "--set", f"cluster.storage_root={root}"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=180, check=False)
+    assert out.returncode == 0 and "search completed: 4 evaluations" in out.stdout, out.stdout + out.stderr
+    (run_dir,) = root.iterdir()  # outside Ray's copy of the working directory, which is gone
+    assert run_dir.name.startswith("fixed-cost-") and _count(run_dir) == 4
+
+
+def test_a_client_without_the_clusters_token_is_refused_in_one_line(head, tmp_path):
+    wrong = tmp_path / "token"
+    wrong.write_text("0" * 32)
+    out = atoll(tmp_path, "submit", CONFIG, "--address", head, RAY_AUTH_TOKEN_PATH=str(wrong), timeout=60)
+    assert out.returncode == 2 and out.stderr.strip().count("\n") == 0, out.stderr
+    assert "refused this client's token" in out.stderr
+
+
+def test_in_a_ray_job_a_relative_run_dir_is_refused(tmp_path):
+    out = atoll(tmp_path, "run", CONFIG, "--run-dir", "runs/x", RAY_JOB_CONFIG_JSON_ENV_VAR="{}", timeout=60)
+    assert out.returncode == 2 and "lies in Ray's copy of the working directory" in out.stderr, out.stderr
+
+
+def test_submit_says_in_one_line_when_no_cluster_answers(tmp_path):
+    out = atoll(tmp_path, "submit", CONFIG, "--address", "http://127.0.0.1:9", timeout=60)
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0 and "no Ray cluster's job server answers there" in out.stderr
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--run-dir", "runs/x"], "give an absolute path on the driver's node"),
+    (["--resume", "/tmp/r"], "give a CONFIG to start a run, or --resume RUN_DIR"),
+])
+def test_submit_refuses_what_cannot_work_on_a_cluster(tmp_path, args, needle):
+    out = atoll(tmp_path, "submit", CONFIG, "--address", "http://127.0.0.1:9", *args, timeout=60)
+    assert out.returncode == 2 and needle in out.stderr and out.stderr.strip().count("\n") == 0
+
+
+def test_a_config_outside_the_project_is_refused(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text((ROOT / CONFIG).read_text().replace('path = "fixed_cost.py"',
+                                                          f'path = "{ROOT / "benchmarks" / "fixed_cost.py"}"'))
+    out = atoll(tmp_path, "submit", config, "--address", "http://127.0.0.1:9", timeout=60)
+    assert out.returncode == 2 and "lies outside" in out.stderr, out.stderr
