@@ -12,6 +12,7 @@ from rich.console import Console
 
 from controller.cli import UserError
 from controller.config import AtollConfig, load_config, validate
+from controller.memory_commands import cmd_runs, cmd_skills, library_query  # noqa: F401  (the library's commands)
 
 ARCHIVE = "archive.duckdb"
 # Output to a file or a pipe (a log, a job's driver output) is not cut to 80 columns:
@@ -53,6 +54,7 @@ def cmd_run(args) -> int:
 
     overrides = list(args.set) + ([f"run.max_evals={args.max_evals}"] if args.max_evals else [])
     config, text = load_config(args.config, overrides)
+    _memory_checked(config)
     run_dir = _run_dir_for(config, args.run_dir)
     with DuckDBArchive(run_dir / ARCHIVE) as archive:
         run_id = run_dir.resolve().name + "-" + time.strftime("%H%M%S")
@@ -72,16 +74,35 @@ def cmd_resume(args) -> int:
         return _search(config, archive, run_id, run_dir, args)
 
 
+def _memory_checked(config, archive=None, run_id="", run_dir=None):
+    """The run's memory (library, warm start), or a one-line error; only a check without an archive."""
+    from controller.memory import RunMemory, check_memory
+    from controller.warm_start import WarmStartError
+    from evaluators.registry import get_domain_class
+    from store.library import LibraryError
+
+    try:
+        if archive is None:
+            return check_memory(config)
+        return RunMemory(config, archive, run_id, run_dir, get_domain_class(config.domain.name).entry_point)
+    except (LibraryError, WarmStartError) as exc:
+        raise UserError(str(exc)) from None
+
+
 def _search(config, archive, run_id, run_dir, args) -> int:
     from controller.actors import connect
     from controller.loop import Search
 
+    memory = _memory_checked(config, archive, run_id, run_dir)
     connect(args.ray_address)
     signal.signal(signal.SIGTERM, _stop_cleanly)  # `ray job stop`, a scheduler's kill: commit, then exit
     archive.set_run_status(run_id, "running")
-    search = Search(config, archive, run_id, run_dir, hide=(str(run_dir.resolve()),))
+    search = Search(config, archive, run_id, run_dir, hide=(str(run_dir.resolve()),), memory=memory)
     status = search.run()
     archive.set_run_status(run_id, status, ended=True)
+    note = memory.finish(status, search.done, search.best_score)
+    if note:
+        console.print(f"[atoll] {note}", soft_wrap=True)
     if status == "seed-failed":
         raise UserError(f"the seed program failed ({search.seed_error}); nothing to evolve from")
     console.print(f"search {status}: {archive.count_evaluations(run_id, 'search')} evaluations")
@@ -172,6 +193,12 @@ def _print_rows(cols, rows, note, as_json=False) -> None:
 
 
 def cmd_query(args) -> int:
+    if args.library:
+        if args.run_dir is not None:
+            raise UserError("give either a run directory or --library, not both")
+        return library_query(args)
+    if args.run_dir is None:
+        raise UserError("give a run directory and SQL, or --library and SQL to query across runs")
     cols, rows, note = _query(Path(args.run_dir), args.sql)
     _print_rows(cols, rows, note, args.json)
     return 0

@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from controller.memory_config import MemoryConfig
 from evaluators.sandbox.config import SandboxConfig
 from islands.config import IslandsConfig
 from workers.config import EmbeddedMutatorConfig
@@ -74,6 +75,8 @@ class AtollConfig(_Strict):
     mutator: MutatorConfig = Field(default_factory=MutatorConfig, description="Mutation backend.")
     evaluator: EvaluatorConfig = Field(default_factory=EvaluatorConfig, description="Evaluator pool and sandbox.")
     controller: ControllerConfig = Field(default_factory=ControllerConfig, description="Run loop.")
+    memory: MemoryConfig = Field(default_factory=MemoryConfig, description="The library shared by runs: "
+                                 "catalog, elites, skills, warm starts.")
 
 
 def _first_error(exc: ValidationError) -> str:

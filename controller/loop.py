@@ -18,6 +18,7 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 
 from controller.actors import MutatorActor, evaluator_count, new_evaluator
+from controller.memory import WARM, RunMemory
 from controller.progress import Progress
 from evaluators.params import write_params
 from evaluators.registry import get_domain
@@ -30,12 +31,19 @@ def new_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
+_KIND = {"search": "eval", "heldout": "heldout", "validation": "validate"}  # pending kind of each split
+_SPLIT = {kind: split for split, kind in _KIND.items()}
+_STARTS = ("seed", WARM)  # programs every island starts from: the seed, a warm start's elites
+
+
 class Search:
     """Drives one run until its budget is spent or it is interrupted."""
 
-    def __init__(self, config, archive, run_id: str, run_dir, hide: tuple[str, ...] = ()):
+    def __init__(self, config, archive, run_id: str, run_dir, hide: tuple[str, ...] = (),
+                 memory: RunMemory | None = None):
         self.config, self.archive, self.run_id, self.run_dir = config, archive, run_id, run_dir
         self.domain = get_domain(config.domain.name, **config.domain.options)
+        self.memory = memory or RunMemory(config, archive, run_id, run_dir, self.domain.entry_point)
         self.pending: dict = {}
         self.results: list = []
         self.heldout: list = []
@@ -53,8 +61,8 @@ class Search:
         rows = self.archive.programs_with_scores(self.run_id, "search")
         self.codes = {r["program_id"]: r["code"] for r in rows}
         self.scores = {r["program_id"]: r["score"] for r in rows}
-        seeds = [r for r in rows if r["mutator"] == "seed"]
-        others = [r for r in rows if r["mutator"] != "seed"]
+        seeds = [r for r in rows if r["mutator"] in _STARTS]
+        others = [r for r in rows if r["mutator"] not in _STARTS]
         fanned = [dict(s, island=i) for s in seeds for i in range(self.config.islands.count)]
         self.islands = self._restore(len(rows)) or Archipelago.rebuild(
             self.config.islands, self.config.run.seed + len(rows), fanned + others)
@@ -95,7 +103,7 @@ class Search:
         i = min(self.load, key=self.load.get)
         self.load[i] += 1
         ref = self.evaluators[i].evaluate.remote(candidate.program_id, candidate.code, split)
-        self.pending[ref] = ("eval" if split == "search" else "heldout", candidate, i)
+        self.pending[ref] = (_KIND[split], candidate, i)
 
     def _submit_mutation(self) -> None:
         island = self.islands.pick_island()
@@ -104,7 +112,8 @@ class Search:
             run_id=self.run_id, island=island, generation=self.islands.islands[island].generation + 1,
             parent_id=parent.program_id, parent_code=parent.code,
             inspirations=tuple((m.program_id, m.code) for m in inspirations),
-            operator_weights=tuple(self._operator_weights()), seed=int(self.islands.rng.integers(2**31)))
+            operator_weights=tuple(self._operator_weights()), seed=int(self.islands.rng.integers(2**31)),
+            skills=self.memory.skills_for(parent.code))
         actor = self.mutators[self._next_mutator % len(self.mutators)]
         self._next_mutator += 1
         self.pending[actor.propose.remote(request)] = ("mutate", request, None)
@@ -131,9 +140,14 @@ class Search:
             return
         if not self.codes and not self.pending and not self.results:
             self._submit_eval(Candidate(new_id(), self.run_id, 0, 0, (), self.domain.seed_program, "seed", time.time()))
-            return
+        for candidate in self.memory.warm_candidates(self.known, self._budget_left()):
+            self.known.add(candidate.code_hash)
+            self._submit_eval(candidate)
         if self.islands.best() is None:
             return
+        if self._budget_left() > 0:
+            for candidate in self.memory.validation_jobs(self.done):
+                self._submit_eval(candidate, "validation")
         while self._budget_left() > 0 and self.in_flight("eval") + self.in_flight("mutate") < self._capacity():
             self._submit_mutation()
 
@@ -199,13 +213,13 @@ class Search:
         except RayActorError:
             self.events.append(("actor-lost", {"actor": actor, "program_id": payload.program_id}))
             self.evaluators[actor] = self._new_evaluator()
-            self._submit_eval(payload, "search" if kind == "eval" else "heldout")
+            self._submit_eval(payload, _SPLIT[kind])
             return
         except RayTaskError as exc:
             self.events.append(("internal-error", {"kind": kind, "error": str(exc)[-2000:]}))
             if kind == "mutate":
                 return
-            value = EvalResult(payload.program_id, "search" if kind == "eval" else "heldout",
+            value = EvalResult(payload.program_id, _SPLIT[kind],
                                Status.FAILED, error=f"internal evaluator error: {str(exc)[-500:]}")
         getattr(self, f"_on_{kind}")(payload, value)
 
@@ -217,9 +231,10 @@ class Search:
             self.events.append(("duplicate", {"island": request.island, "operator": proposal.operator}))
             return
         self.known.add(code_hash(proposal.code))
-        self._submit_eval(Candidate(new_id(), self.run_id, request.island, request.generation,
-                                    (request.parent_id,),
-                                    proposal.code, proposal.operator, time.time()))
+        candidate = Candidate(new_id(), self.run_id, request.island, request.generation, (request.parent_id,),
+                              proposal.code, proposal.operator, time.time())
+        self.memory.on_proposal(candidate.program_id, request.parent_id, getattr(proposal, "skill_id", ""))
+        self._submit_eval(candidate)
 
     def _on_eval(self, candidate: Candidate, result: EvalResult) -> None:
         if result.status == Status.OK and result.tuned_params:
@@ -228,10 +243,12 @@ class Search:
             result = dataclasses.replace(result, metrics={**result.metrics, "proposed_hash": proposed})
             self.known.add(candidate.code_hash)
         self.results.append((candidate, result))
+        parent = candidate.parent_ids[0] if candidate.parent_ids else None
+        self.events += self.memory.on_search_result(candidate, result, self.codes.get(parent), self.scores.get(parent))
         self.codes[candidate.program_id] = candidate.code
         self.scores[candidate.program_id] = result.score
         self._count_operator(candidate, result)
-        if candidate.mutator == "seed":
+        if candidate.mutator in _STARTS:
             self._on_seed(candidate, result)
             return
         if result.status == Status.OK:
@@ -242,6 +259,9 @@ class Search:
             self.events.append(("islands", {"island": candidate.island, "what": event}))
 
     def _on_seed(self, candidate: Candidate, result: EvalResult) -> None:
+        """The seed, or a warm start's elite, joins every island (a failed elite is only recorded)."""
+        if result.status != Status.OK and candidate.mutator == WARM:
+            return
         if result.status != Status.OK:
             self.events.append(("seed-failed", {"status": result.status.value, "error": result.error}))
             self.seed_error = f"{result.status.value}: {result.error}"
@@ -271,9 +291,14 @@ class Search:
     def _on_heldout(self, candidate: Candidate, result: EvalResult) -> None:
         self.heldout.append(result)
 
+    def _on_validate(self, candidate: Candidate, result: EvalResult) -> None:
+        """A validation result: stored like a held-out one, and it may complete a skill check."""
+        self.heldout.append(result)
+        self.events += self.memory.on_validation(result)
+
     # --- persistence --------------------------------------------------------
     def commit(self) -> None:
-        """One transaction per batch: programs, evaluations, lineage, events."""
+        """One transaction per batch: programs, evaluations, lineage, events; then the library."""
         if self.results:
             self.archive.record(self.results)
             self.done += sum(1 for _, r in self.results if r.split == "search")
@@ -284,6 +309,7 @@ class Search:
         if self.events:
             self.archive.log_events(self.run_id, self.events)
             self.events = []
+        self.memory.flush(self.done, self.best_score)
 
     def publish(self) -> None:
         self.archive.publish_snapshot(self.run_dir / "archive.snapshot.duckdb")

@@ -37,6 +37,7 @@ class MutationRequest:
     operator_weights: tuple[tuple[str, float], ...] = ()
     seed: int = 0
     feedback: str = ""  # search-split metrics of the parent, for prompts
+    skills: tuple = ()  # workers.skills.Skill ranked for this parent (library memory), best first
 
 
 @dataclass(frozen=True)
