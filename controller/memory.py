@@ -239,3 +239,21 @@ def _summary(plan: dict) -> dict:
     """What a warm start took, for the catalog (the elites' code stays in the run's archive)."""
     return {"runs": plan["runs"], "skills": plan["skills"],
             "elites": [{k: e[k] for k in ("run_id", "program_id", "search_score")} for e in plan["elites"]]}
+
+
+def library_note(archive, run_id: str) -> str:
+    """One line for the held-out table: what the library's choices for this run were selected on."""
+    con = archive.con
+    validations = con.execute("SELECT count(*) FROM evaluations WHERE run_id = ? AND split = 'validation'",
+                              [run_id]).fetchall()[0][0]
+    kinds = dict(con.execute("SELECT kind, count(*) FROM events WHERE run_id = ? AND kind IN "
+                             "('skill-learned', 'skill-use', 'warm-start') GROUP BY kind", [run_id]).fetchall())
+    plan = stored_plan(archive, run_id)
+    parts = []
+    if plan:
+        source = plan["runs"] if isinstance(plan["runs"], str) else ", ".join(plan["runs"])
+        parts.append(f"warm-started from {source} ({len(plan['elites'])} elites chosen by search score, "
+                     f"{len(plan['skills'])} skills), replayed skills {kinds.get('skill-use', 0)} times")
+    parts.append(f"skills are kept only if their gain holds on the validation split ({validations} validation "
+                 f"evaluations, {kinds.get('skill-learned', 0)} skills learned)")
+    return "Library memory: " + "; ".join(parts) + ". The held-out split took part in no library choice."

@@ -7,6 +7,7 @@ import ray
 from rich.table import Table
 
 from controller.actors import evaluator_count, new_evaluator
+from controller.memory import library_note
 from store.records import Candidate, Status
 
 
@@ -78,7 +79,7 @@ def heldout_report(archive, run_id: str, domain, evaluators, console) -> dict:
     results = {label: results[label] for label in programs}
     reference = dict(reference, trials=search_trials(archive, run_id))
     columns, rows, notes = domain.heldout_table(results, reference)
-    _print_table(console, f"held-out split ({domain.name})", columns, rows, notes)
+    _print_table(console, f"held-out split ({domain.name})", columns, rows, [*notes, library_note(archive, run_id)])
     return results
 
 
