@@ -29,6 +29,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random
 ENV = "ATOLL_LIBRARY"
 SCHEMA_DIR = Path(__file__).with_name("library_schema")
 T = TypeVar("T")
+_DAMAGE_RETRIES = 3
 _FRESH = "move it aside (or delete it) to start a fresh library, or point ATOLL_LIBRARY elsewhere"
 
 
@@ -81,7 +82,16 @@ class Library:
 
     def transaction(self, work: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
         """Open, migrate if needed, run `work(con)` in one transaction, close; retried while busy."""
-        retrying = Retrying(retry=retry_if_exception(_is_lock), reraise=True,
+        damage_seen = []
+
+        def worth_retrying(exc: BaseException) -> bool:
+            """Another process's lock; or, a few times, what looks like damage: a file read in the
+            instant another process's close rewrote it reads as damaged, a damaged one stays so."""
+            if _is_damage(exc) and not _is_lock(exc) and len(damage_seen) < _DAMAGE_RETRIES:
+                damage_seen.append(exc)
+                return True
+            return _is_lock(exc)
+        retrying = Retrying(retry=retry_if_exception(worth_retrying), reraise=True,
                             wait=wait_random_exponential(multiplier=0.05, max=2.0),
                             stop=stop_after_delay(self.busy_timeout_s))
         try:
@@ -126,8 +136,8 @@ class Library:
         try:
             return duckdb.connect(str(self.path))
         except duckdb.Error as exc:
-            if _is_lock(exc):
-                raise
+            if _is_lock(exc) or _is_damage(exc):
+                raise  # retried, then reported by `transaction`
             raise LibraryError(f"cannot read the library {self.path}: {_first_line(exc)}; {_FRESH}") from None
 
     def _version(self, con) -> int:

@@ -1,0 +1,74 @@
+"""The library through the real entry point: runs catalogued, a skill learned in one run used in
+the next (shown by `atoll query --library`), efficacy counts that add up, warm starts recorded,
+and a damaged library refused with one line."""
+import json
+
+from tests.controller.test_run import TINY
+
+# Long lead times with a low penalty: base-stock (the seed) is far from optimal there, so
+# children that cap, smooth or threshold its orders beat it on the search split and on the
+# validation split (fresh demand on the same instances) by a wide margin.
+LEARNABLE = TINY + ["--set", 'domain.options.search_instances=[{lead_time = 8, penalty = 2, demand = "poisson"}]',
+                    "--set", "memory.validate_every=1", "--set", "islands.count=1", "--set", "run.replay_seed=5",
+                    "--set", 'mutator.embedded.operators=["insert_motif", "wrap_clip", "skill"]']
+
+
+def _rows(cli, sql):
+    out = cli("query", "--library", sql, "--json").stdout
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def test_a_damaged_library_stops_every_command_with_one_line(atoll_cli, tmp_path, temporary_library):
+    temporary_library.parent.mkdir(parents=True)
+    temporary_library.write_bytes(b"\x00not a library" * 300)
+    for args in (["runs"], ["skills"], ["query", "--library", "SELECT 1"],
+                 ["run", "configs/inventory.toml", "--run-dir", str(tmp_path / "run"), "--max-evals", "2"]):
+        proc = atoll_cli(*args, check=False)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+        assert proc.stderr.startswith(f"atoll: cannot read the library {temporary_library}")
+    assert not (tmp_path / "run").exists()  # refused before a run directory was made
+    assert temporary_library.read_bytes() == b"\x00not a library" * 300
+
+
+def test_bad_warm_start_sources_are_refused_before_a_run_starts(atoll_cli, tmp_path):
+    proc = atoll_cli("run", "configs/inventory.toml", "--run-dir", str(tmp_path / "run"), "--set",
+                     "memory.warm_start=true", "--set", 'memory.warm_from=["runs/never"]', check=False)
+    assert proc.returncode == 2 and "memory.warm_from: the library knows no run 'runs/never'" in proc.stderr
+    proc = atoll_cli("run", "configs/inventory.toml", "--set", 'memory.warm_from=["x"]', check=False)
+    assert proc.returncode == 2 and "warm_start is false" in proc.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_skill_learned_in_one_run_is_used_in_the_next_and_its_counts_add_up(atoll_cli, tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    atoll_cli("run", "configs/inventory.toml", "--run-dir", str(first), "--max-evals", "14", "--no-report",
+              *LEARNABLE)
+    learned = _rows(atoll_cli, "SELECT skill_id, learned_in, validation_gain, uses FROM skill_efficacy")
+    assert learned and all(s["validation_gain"] > 0 and s["uses"] == 0 for s in learned), learned
+    out = atoll_cli("run", "configs/inventory.toml", "--run-dir", str(second), "--max-evals", "10", *LEARNABLE,
+                    "--set", "memory.warm_start=true", "--set", f'memory.warm_from=["{first}"]').stdout
+    assert "Library memory: warm-started from" in out and "validation split" in out
+
+    uses = _rows(atoll_cli, "SELECT u.run_id, r.run_dir AS used_in, s.run_id AS learned_in, u.program_id, "
+                            "u.success, p.mutator FROM skill_uses u JOIN skills s USING (skill_id) "
+                            "JOIN runs r ON r.run_id = u.run_id JOIN all_programs p ON p.program_id = u.program_id")
+    first_id = learned[0]["learned_in"]
+    assert uses and {(u["used_in"], u["learned_in"], u["mutator"]) for u in uses} == {
+        (str(second), first_id, "embedded:skill")}
+    # efficacy counts add up: the library's uses and successes are the second run's skill children
+    # and those of them that beat their parent, as the run's own archive records them
+    archive = _rows(atoll_cli, "SELECT count(*) AS children, count(*) FILTER (WHERE c.status = 'OK' AND "
+                               "c.score > pe.score) AS wins FROM all_programs p JOIN all_evaluations c "
+                               "ON c.program_id = p.program_id AND c.split = 'search' JOIN all_evaluations pe "
+                               "ON pe.program_id = p.parent_ids[1] AND pe.split = 'search' "
+                               "WHERE p.mutator = 'embedded:skill'")[0]
+    efficacy = _rows(atoll_cli, "SELECT sum(uses) AS uses, sum(successes) AS successes FROM skill_efficacy")[0]
+    assert efficacy["uses"] == archive["children"] == len(uses)
+    assert efficacy["successes"] == archive["wins"] == sum(u["success"] for u in uses)
+
+    warm = _rows(atoll_cli, "SELECT run_dir, program_id FROM all_programs WHERE mutator = 'warm-start'")
+    assert warm and {w["run_dir"] for w in warm} == {str(second)}
+    listed = atoll_cli("runs").stdout
+    assert str(first) in listed and "elites" in listed and "completed" in listed
+    assert learned[0]["skill_id"] in atoll_cli("skills", "--domain", "inventory").stdout
