@@ -26,7 +26,8 @@ from store.records import Candidate, EvalResult, Status, code_hash
 from workers.skill_edits import SkillEdit
 from workers.skills import Skill, rank_skills
 
-WARM = "warm-start"  # Candidate.mutator of an elite a warm start evaluates first
+WARM = "warm-start"
+_FLUSH_PATIENCE_S = 2.0  # longest a flush during the search waits for a busy library  # Candidate.mutator of an elite a warm start evaluates first
 
 
 def fingerprint(domain: str, options: dict) -> str:
@@ -60,6 +61,14 @@ def skill_from_row(row: dict) -> Skill:
                  SkillEdit.from_record(row["edit"]), row["search_gain"], row["validation_gain"],
                  int(row.get("uses") or 0), int(row.get("successes") or 0), row.get("parent_code", ""),
                  row.get("child_code", ""), row.get("abstraction") or "")
+
+
+def retrieve_skills(library: Library, domain: str, parent_code: str, k: int = 3, entry_point: str = "policy",
+                    run_ids: list[str] | None = None) -> list[Skill]:
+    """The library's `k` best skills for `parent_code` (retired ones never), best first; for callers
+    outside a run. Inside a run, `MutationRequest.skills` already carries them, ranked the same way."""
+    rows = library.transaction(lambda con: records.skills(con, domain, run_ids=run_ids))
+    return rank_skills([skill_from_row(r) for r in rows], parent_code, entry_point, k)
 
 
 class RunMemory:
@@ -189,8 +198,8 @@ class RunMemory:
             records.upsert_run(con, row)
             records.add_skills(con, skills)
             records.add_skill_uses(con, uses)
-        try:
-            self.library.transaction(write)
+        try:  # the search waits meanwhile: a busy library is tried again at a later commit point
+            self.library.transaction(write, None if force else min(self.memory.busy_timeout_s, _FLUSH_PATIENCE_S))
         except LibraryError as exc:
             self.flush_error = str(exc)
             return

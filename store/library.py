@@ -80,8 +80,10 @@ class Library:
         self.path = Path(path)
         self.busy_timeout_s = busy_timeout_s
 
-    def transaction(self, work: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
-        """Open, migrate if needed, run `work(con)` in one transaction, close; retried while busy."""
+    def transaction(self, work: Callable[[duckdb.DuckDBPyConnection], T], busy_timeout_s: float | None = None) -> T:
+        """Open, migrate if needed, run `work(con)` in one transaction, close; retried while busy
+        (for `busy_timeout_s`, default the library's)."""
+        patience = self.busy_timeout_s if busy_timeout_s is None else busy_timeout_s
         damage_seen = []
 
         def worth_retrying(exc: BaseException) -> bool:
@@ -93,14 +95,14 @@ class Library:
             return _is_lock(exc)
         retrying = Retrying(retry=retry_if_exception(worth_retrying), reraise=True,
                             wait=wait_random_exponential(multiplier=0.05, max=2.0),
-                            stop=stop_after_delay(self.busy_timeout_s))
+                            stop=stop_after_delay(patience))
         try:
             for attempt in retrying:
                 with attempt:
                     return self._once(work)
         except duckdb.Error as exc:
             if _is_lock(exc):
-                raise LibraryBusy(f"the library {self.path} stayed busy for {self.busy_timeout_s:g} s: "
+                raise LibraryBusy(f"the library {self.path} stayed busy for {patience:g} s: "
                                   f"{_first_line(exc)}") from None
             if _is_damage(exc):
                 raise LibraryError(f"cannot read the library {self.path}: {_first_line(exc)}; {_FRESH}") from None

