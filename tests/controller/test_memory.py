@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from controller.config import validate
-from controller.memory import WARM, RunMemory, fingerprint, retrieve_skills
+from controller.memory import WARM, RunMemory, fingerprint, library_note, retrieve_skills
 from controller.skill_learning import SkillLearner
 from controller.variant_memory import VariantMemory
 from controller.warm_start import WarmStartError
@@ -135,6 +135,9 @@ def test_a_warm_start_plan_takes_elites_by_search_score_and_is_kept_for_a_resume
     assert event == [("warm-start", {"program_id": first[0].program_id, "source_run": "r0",
                                      "source_program_id": "e1", "source_search_score": -0.8, "status": "OK",
                                      "search_score": -0.85})]
+    assert library_note(archive, "r1").startswith("Library memory: warm-started from library (2 elites chosen by "
+                                                  "search score, 0 skills), replayed skills 0 times; skills are kept "
+                                                  "only if their gain holds on the validation split (0 validation")
     library.transaction(lambda con: records.replace_elites(con, "r0", []))  # the library moves on...
     again = RunMemory(config, archive, "r1", tmp_path / "run")  # ...a resume keeps the plan it logged
     assert [e["program_id"] for e in again.plan["elites"]] == ["e1", "e0"]
