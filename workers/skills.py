@@ -8,7 +8,8 @@ counts across runs. This module holds what every mutator shares:
 - `efficacy` and `rank_skills`: retrieval by similarity to the parent and measured
   success, with a prior so a new skill gets tried;
 - `render_skills`: the text an LLM prompt shows (`request.skills` carries the ranked ones);
-- `replay_skill`: the embedded mutator's "skill" operator.
+- `replay_skill`: the embedded mutator's "skill" operator;
+- `abstract_skill`: with an LLM, its analysis, strategy and abstraction of a learned edit.
 
 Nothing here runs a program or opens the library (the driver does, `controller/memory.py`).
 """
@@ -20,13 +21,19 @@ import json
 import re
 import tokenize
 from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
 
+import jinja2
 import numpy as np
 
 from workers.skill_edits import HOLE, NUMPY, PARAMS, STATE, SkillEdit, applies, replay
 
 PRIOR_SUCCESSES, PRIOR_FAILURES = 1.0, 1.0  # Beta(1, 1): an untried skill counts as a coin flip
 _TITLE_WIDTH = 90
+_ABSTRACTION_CHARS = 1500
+_TEMPLATES = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).with_name("templates")),
+                                autoescape=False, undefined=jinja2.StrictUndefined)
 
 
 @dataclass(frozen=True)
@@ -148,3 +155,20 @@ def replay_skill(code: str, skills, entry_point: str, rng: np.random.Generator) 
     skill = usable[int(rng.choice(len(usable), p=weights / weights.sum()))]
     child = replay(skill.edit, code, entry_point, rng)
     return (child, skill.skill_id) if child is not None else None
+
+
+# --- with an LLM -----------------------------------------------------------------------------
+
+def abstract_skill(skill: dict, feedback: str, client: Callable[[str], str], max_words: int = 120) -> str:
+    """The LLM's analysis (what the parent got wrong, from its evaluation `feedback`), strategy and
+    abstraction of a learned skill record (`controller.skill_learning`), for its `abstraction`.
+    `client` is any callable from prompt text to reply text; the reply is untrusted text, kept
+    only as text (trimmed), and "" when empty."""
+    edit = SkillEdit.from_record(skill["edit"])
+    prompt = _TEMPLATES.get_template("abstract_skill.j2").render(
+        domain=skill["domain"], parent_code=skill["parent_code"], feedback=feedback,
+        before=_readable(edit.before), after=_readable(edit.after),
+        new_params=", ".join(p[0] for p in edit.new_params), search_gain=skill["search_gain"],
+        validation_gain=skill["validation_gain"], max_words=max_words)
+    reply = " ".join(str(client(prompt) or "").split())
+    return reply[:_ABSTRACTION_CHARS]

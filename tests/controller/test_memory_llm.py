@@ -1,5 +1,5 @@
-"""Prompt variants rewritten by a real (small, local) LLM, stored in the library and carried to the
-next run; a reply with nothing usable adds nothing."""
+"""The library with a real (small, local) LLM: prompt variants rewritten, stored and carried to the
+next run (a reply with nothing usable adds nothing); a learned skill's abstraction written."""
 import importlib.util
 from pathlib import Path
 
@@ -8,7 +8,9 @@ import pytest
 
 from controller.variant_memory import VariantMemory
 from store.library import Library, default_path
+from tests.controller.test_memory import _skill_row
 from workers.prompt_variants import rewrite_prompt
+from workers.skills import abstract_skill
 
 
 @pytest.fixture(scope="module")
@@ -49,3 +51,14 @@ def test_an_llm_rewrite_joins_the_population_and_carries_to_the_next_run(smollm2
     assert first.maybe_rewrite(lambda prompt: "<instruction>  </instruction>", np.random.default_rng(0),
                                chance=1.0) is None
     assert len(VariantMemory(library, "inventory", "r3").variants) == 3
+
+
+def test_an_llm_writes_a_skills_abstraction_from_the_parents_feedback(smollm2):
+    seen = []
+
+    def client(prompt):
+        seen.append(prompt)
+        return smollm2(prompt)
+    text = abstract_skill(_skill_row(), "cost 1.76 x optimized base-stock on lead time 8", client)
+    assert "cost 1.76 x optimized base-stock" in seen[0] and "np.minimum(…, cap)" in seen[0]
+    assert 0 < len(text) <= 1500 and "\n" not in text
