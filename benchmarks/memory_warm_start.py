@@ -71,11 +71,13 @@ def _heldout_table(stdout: str) -> str:
 
 def _compare(label: str, cold: str, warm: str, trajectories: dict) -> None:
     target = trajectories[cold][-1]
+    reached = _reach(trajectories[warm], target)
     print(f"{label}: {cold}'s final best search score {target:.5f}, first reached after "
-          f"{_reach(trajectories[cold], target)} of its {len(trajectories[cold])} evaluations; {warm} reached it after "
-          f"{_reach(trajectories[warm], target) or 'never (within ' + str(len(trajectories[warm])) + ')'} "
-          f"evaluations, and ended at {trajectories[warm][-1]:.5f}")
-    for n in (1, 5, 10, 20, len(trajectories[cold])):
+          f"{_reach(trajectories[cold], target)} of its {len(trajectories[cold])} evaluations; {warm} "
+          + (f"reached it after {reached} evaluations" if reached else
+             f"did not reach it in {len(trajectories[warm])} evaluations")
+          + f" and ended at {trajectories[warm][-1]:.5f}")
+    for n in (1, 5, 10, 20, 40, len(trajectories[cold])):
         if n <= min(len(trajectories[cold]), len(trajectories[warm])):
             print(f"  best after {n:3d} evaluations: {cold} {trajectories[cold][n - 1]:.5f}   "
                   f"{warm} {trajectories[warm][n - 1]:.5f}")
