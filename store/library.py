@@ -58,7 +58,8 @@ def latest_version() -> int:
     return max(version for version, _, _ in migrations())
 
 
-def _is_lock(exc: BaseException) -> bool:
+def is_lock_error(exc: BaseException) -> bool:
+    """Another process holds the file (or, in this process, another attachment of it)."""
     text = str(exc)
     return isinstance(exc, duckdb.Error) and ("Could not set lock" in text or "Unique file handle conflict" in text)
 
@@ -89,10 +90,10 @@ class Library:
         def worth_retrying(exc: BaseException) -> bool:
             """Another process's lock; or, a few times, what looks like damage: a file read in the
             instant another process's close rewrote it reads as damaged, a damaged one stays so."""
-            if _is_damage(exc) and not _is_lock(exc) and len(damage_seen) < _DAMAGE_RETRIES:
+            if _is_damage(exc) and not is_lock_error(exc) and len(damage_seen) < _DAMAGE_RETRIES:
                 damage_seen.append(exc)
                 return True
-            return _is_lock(exc)
+            return is_lock_error(exc)
         retrying = Retrying(retry=retry_if_exception(worth_retrying), reraise=True,
                             wait=wait_random_exponential(multiplier=0.05, max=2.0),
                             stop=stop_after_delay(patience))
@@ -101,7 +102,7 @@ class Library:
                 with attempt:
                     return self._once(work)
         except duckdb.Error as exc:
-            if _is_lock(exc):
+            if is_lock_error(exc):
                 raise LibraryBusy(f"the library {self.path} stayed busy for {patience:g} s: "
                                   f"{_first_line(exc)}") from None
             if _is_damage(exc):
@@ -138,7 +139,7 @@ class Library:
         try:
             return duckdb.connect(str(self.path))
         except duckdb.Error as exc:
-            if _is_lock(exc) or _is_damage(exc):
+            if is_lock_error(exc) or _is_damage(exc):
                 raise  # retried, then reported by `transaction`
             raise LibraryError(f"cannot read the library {self.path}: {_first_line(exc)}; {_FRESH}") from None
 

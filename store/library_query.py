@@ -19,7 +19,7 @@ import duckdb
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
 
 from store.duckdb_archive import migrations as archive_migrations
-from store.library import Library, _is_lock
+from store.library import Library, is_lock_error
 from store.query import ARCHIVE, SNAPSHOT, QueryError, _explained, _first_line, _reads
 
 LIBRARY_VIEWS = ("runs", "elites", "skills", "skill_efficacy", "skill_uses", "skill_sightings",
@@ -41,7 +41,7 @@ QUALIFY row_number() OVER (PARTITION BY p.run_id ORDER BY s.score DESC, length(p
 
 
 def _retrying(seconds: float) -> Retrying:
-    return Retrying(retry=retry_if_exception(_is_lock), reraise=True, stop=stop_after_delay(seconds),
+    return Retrying(retry=retry_if_exception(is_lock_error), reraise=True, stop=stop_after_delay(seconds),
                     wait=wait_random_exponential(multiplier=0.05, max=1.0))
 
 
@@ -95,7 +95,7 @@ def _attach_one(con, alias: str, run_dir: Path) -> tuple[bool, str | None]:
         con.execute(f"ATTACH ? AS {alias} (READ_ONLY)", [str(archive)])
         return True, None
     except duckdb.Error as exc:
-        if not _is_lock(exc):
+        if not is_lock_error(exc):
             return False, f"skipped {run_dir}: {_first_line(exc)}"
     try:
         con.execute(f"ATTACH ? AS {alias} (READ_ONLY)", [str(run_dir / SNAPSHOT)])
