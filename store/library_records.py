@@ -114,6 +114,11 @@ def skills(con, domain: str | None = None, *, run_ids: list[str] | None = None,
     return rows
 
 
+def set_abstraction(con, skill_id: str, text: str) -> None:
+    """An LLM's analysis, strategy and abstraction for a skill (workers.skills.abstract_skill)."""
+    con.execute("UPDATE skills SET abstraction = ? WHERE skill_id = ?", [text, skill_id])
+
+
 def retire_skill(con, skill_id: str) -> bool:
     """Mark a skill retired (kept, never retrieved again); False if there is no such skill."""
     found = con.execute("SELECT count(*) FROM skills WHERE skill_id = ?", [skill_id]).fetchall()[0][0]

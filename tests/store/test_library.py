@@ -130,6 +130,8 @@ def test_skills_keep_every_sighting_and_retired_ones_are_not_retrieved(tmp_path)
     rows = lib.transaction(lambda con: records.skills(con, "inventory"))
     assert [(r["skill_id"], r["times_learned"], r["learned_in"]) for r in rows] == [("sk-1", 2, "r1")]
     assert [r["skill_id"] for r in lib.transaction(lambda con: records.skills(con, run_ids=["r2"]))] == ["sk-1", "sk-2"]
+    lib.transaction(lambda con: records.set_abstraction(con, "sk-1", "Analysis: ... Strategy: ..."))
+    assert lib.transaction(lambda con: records.skills(con, "inventory"))[0]["abstraction"].startswith("Analysis")
     assert lib.transaction(lambda con: records.retire_skill(con, "sk-1"))
     assert not lib.transaction(lambda con: records.retire_skill(con, "sk-404"))
     assert lib.transaction(lambda con: records.skills(con, "inventory")) == []
