@@ -33,7 +33,7 @@ class SkillEdit:
     kind: str  # "expr" or "stmts"
     before: str  # the replaced part, with placeholders
     after: str  # its replacement; HOLE marks where `before` is kept
-    anchor: str = ""  # "return": `before` was a return value
+    anchor: str = ""  # "return": `before` was a return value, so any return value is a place for it
     new_params: tuple[tuple[str, float, float, float], ...] = ()
 
     @property
@@ -233,12 +233,21 @@ def _places(edit: SkillEdit, tree: ast.Module, fn: ast.FunctionDef) -> list:
     before = [ast.dump(n) for n in _renamed(_parse(edit.before, edit.kind), names)]
     if edit.kind == "expr":
         found = [(None, n) for n in u.body_nodes(fn) if isinstance(n, ast.expr) and ast.dump(n) == before[0]]
-        if not found and edit.anchor == "return" and edit.wraps:
+        if not found and edit.anchor == "return" and _params_known(edit, tree, fn):
             found = [(None, r.value) for r in u.returns(fn)]
         return found
     width = len(before)
     return [(block, slice(i, i + width)) for block in _blocks(fn) for i in range(len(block) - width + 1)
             if [ast.dump(s) for s in block[i:i + width]] == before]
+
+
+def _params_known(edit: SkillEdit, tree: ast.Module, fn: ast.FunctionDef) -> bool:
+    """Whether every parameter the new return value reads is the program's or comes with the edit."""
+    try:
+        have = set(read_params(ast.unparse(tree))) | {p[0] for p in edit.new_params}
+    except (ProgramFormatError, SyntaxError, ValueError):
+        return False
+    return set(u.param_keys(ast.parse(edit.after, mode="eval"), PARAMS)) <= have
 
 
 def _blocks(fn: ast.FunctionDef) -> list[list]:

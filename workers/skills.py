@@ -63,8 +63,11 @@ class Skill:
 
 
 def skill_id(domain: str, edit: SkillEdit) -> str:
-    """The same edit learned twice (in two runs) is one skill."""
-    text = json.dumps([domain, edit.to_record()], sort_keys=True)
+    """The same edit learned twice (in two runs) is one skill: the same change (and, unless it
+    goes to any return value, the same place) with parameters of the same names; their
+    defaults, tuned values of one run, do not count."""
+    place = "" if edit.anchor == "return" else edit.before
+    text = json.dumps([domain, edit.kind, edit.anchor, place, edit.after, [p[0] for p in edit.new_params]])
     return "sk-" + hashlib.sha256(text.encode()).hexdigest()[:12]
 
 

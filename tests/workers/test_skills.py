@@ -67,6 +67,22 @@ def test_a_wrapped_return_value_replays_on_another_program_with_other_names():
     assert when == "any policy that returns a value"
 
 
+def test_a_rewritten_return_value_goes_to_any_return_value_whose_parameters_exist():
+    crossed = SEED_PROGRAM.replace('np.maximum(params["level"] - position, 0)',
+                                   'np.where(position < params["gate"], np.maximum(params["level"] - position, 0), 0.0)')
+    crossed = crossed.replace('PARAMS = {"level": (15.0, 0.0, 80.0)}',
+                              'PARAMS = {"level": (15.0, 0.0, 80.0), "gate": (40.0, 0.0, 80.0)}')
+    edit = extract_edit(SEED_PROGRAM, crossed, "policy")
+    assert edit.anchor == "return" and edit.wraps and [p[0] for p in edit.new_params] == ["gate"]
+    rewrite = SkillEdit("expr", "__params__['x']", "__np__.maximum(__params__['level'] - position, 0)", "return")
+    capped = BASELINES["capped base-stock"]
+    assert "return np.maximum(params['level'] - position, 0)" in replay(rewrite, capped, "policy",
+                                                                         np.random.default_rng(0))
+    assert not applies(rewrite, BASELINES["myopic"], "policy")  # it has no params["level"]
+    same_change_other_run = SkillEdit("expr", "x", edit.after, "return", (("gate", 12.5, 0.0, 80.0),))
+    assert skill_id("inventory", same_change_other_run) == skill_id("inventory", edit)
+
+
 def test_an_edit_of_a_part_another_program_lacks_does_not_apply():
     edit = SkillEdit("expr", "__state__['on_hand'] * 2", "__state__['on_hand'] * 3")
     assert not applies(edit, SEED_PROGRAM, "policy")
