@@ -7,12 +7,14 @@ import pytest
 
 from tests.controller.test_run import TINY
 
-# Long lead times with a low penalty: base-stock (the seed) is far from optimal there, so
-# children that cap, smooth or threshold its orders beat it on the search split and on the
-# validation split (fresh demand on the same instances) by a wide margin.
-LEARNABLE = TINY + ["--set", 'domain.options.search_instances=[{lead_time = 8, penalty = 2, demand = "poisson"}]',
+# A long lead time with a low penalty: base-stock (the seed) is far from optimal there, and the
+# inventory motif that smooths orders toward mean demand beats it by about 14% on the search
+# split and on the validation split (fresh demand on the same instance), tuned with 24 trials;
+# one child in five is such a win, so the first run learns it (calibrated on replay seed 5).
+LEARNABLE = TINY + ["--set", 'domain.options.search_instances=[{lead_time = 12, penalty = 1, demand = "poisson"}]',
+                    "--set", "domain.options.tune_trials=24", "--set", "domain.options.tune_batch=8",
                     "--set", "memory.validate_every=1", "--set", "islands.count=1", "--set", "run.replay_seed=5",
-                    "--set", 'mutator.embedded.operators=["insert_motif", "wrap_clip", "skill"]']
+                    "--set", 'mutator.embedded.operators=["insert_motif", "skill"]']
 
 
 def _rows(cli, sql):
@@ -49,8 +51,9 @@ def test_a_skill_learned_in_one_run_is_used_in_the_next_and_its_counts_add_up(at
               *LEARNABLE)
     learned = _rows(atoll_cli, "SELECT skill_id, learned_in, validation_gain, uses FROM skill_efficacy")
     assert learned and all(s["validation_gain"] > 0 and s["uses"] == 0 for s in learned), learned
-    atoll_cli("run", "configs/inventory.toml", "--run-dir", str(second), "--max-evals", "8", "--no-report",
-              *LEARNABLE, "--set", "memory.warm_start=true", "--set", f'memory.warm_from=["{first}"]')
+    atoll_cli("run", "configs/inventory.toml", "--run-dir", str(second), "--max-evals", "12", "--no-report",
+              *LEARNABLE, "--set", "memory.warm_start=true", "--set", f'memory.warm_from=["{first}"]',
+              "--set", "memory.warm_elites=2")
 
     uses = _rows(atoll_cli, "SELECT u.run_id, r.run_dir AS used_in, s.run_id AS learned_in, u.program_id, "
                             "u.success, p.mutator FROM skill_uses u JOIN skills s USING (skill_id) "
@@ -75,4 +78,4 @@ def test_a_skill_learned_in_one_run_is_used_in_the_next_and_its_counts_add_up(at
     assert listed[str(first)]["status"] == listed[str(second)]["status"] == "completed"
     assert listed[str(second)]["warm start from"].startswith(f"{first_id}: ")
     skills = [json.loads(line) for line in atoll_cli("skills", "--domain", "inventory", "--json").stdout.splitlines()]
-    assert {s["skill_id"] for s in skills} == {s["skill_id"] for s in learned}
+    assert {s["skill_id"] for s in learned} <= {s["skill_id"] for s in skills}  # the second run may add more
