@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from evaluators._base import SPLITS
 from tests.controller.test_run import TINY
 
 # A long lead time with a low penalty: base-stock (the seed) is far from optimal there, and the
@@ -45,6 +46,8 @@ def test_bad_warm_start_sources_are_refused_before_a_run_starts(atoll_cli, tmp_p
 
 
 @pytest.mark.slow
+@pytest.mark.skipif("validation" not in SPLITS, reason="skills are learned on the validation split, which the "
+                                                     "secret-seeds work adds to every domain")
 def test_a_skill_learned_in_one_run_is_used_in_the_next_and_its_counts_add_up(atoll_cli, tmp_path):
     first, second = tmp_path / "first", tmp_path / "second"
     atoll_cli("run", "configs/inventory.toml", "--run-dir", str(first), "--max-evals", "12", "--no-report",
