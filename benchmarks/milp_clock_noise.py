@@ -63,7 +63,7 @@ def main(argv=None) -> int:
     domain = get_domain("milp", **options)
     limit = domain.config.time_limit_s
     runs = domain.runs("heldout")
-    paths = [path for _, path, seed in runs if seed == 0]
+    paths = [run.path for run in runs if run.scip_seed == 0]
     # instances solved in well under a second show the clocks' 10 ms ticks more than the machine
     timed = [path for path in paths if _solve(path, limit)[0] >= 0.5][:args.instances]
     if not timed:

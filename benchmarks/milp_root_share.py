@@ -45,7 +45,7 @@ def main(argv=None) -> int:
     limit = domain.config.time_limit_s
     roots, wholes, spreads = [], [], []
     print(f"{'instance':28s} {'root s':>7s} {'whole s':>8s} {'nodes':>6s} {'root share':>10s} {'spread':>7s}")
-    for label, path, seed in domain.runs("heldout"):
+    for label, path, _, seed in domain.runs("heldout"):
         root, _ = _solve(path, seed, limit, nodes=1)
         runs = [_solve(path, seed, limit) for _ in range(args.repeats)]
         times = [t for t, _ in runs]

@@ -20,8 +20,8 @@ from workers.embedded import EmbeddedMutator, Motif
 class MutationWorker:
     """Proposes children for one domain with the embedded mutator."""
 
-    def __init__(self, domain_name: str, domain_options: dict, mutator_config):
-        domain = get_domain(domain_name, **domain_options)
+    def __init__(self, domain, domain_options: dict, mutator_config):
+        domain = get_domain(domain, **domain_options)  # a registered name or the run's DomainConfig
         motifs = [Motif(name, template, tuple(params)) for name, template, params in domain.motifs()]
         self.mutator = EmbeddedMutator(mutator_config, domain.entry_point, motifs)
 
@@ -42,9 +42,13 @@ def evaluator_count(config) -> int:
     return config.evaluator.actors or max(1, int(ray.cluster_resources().get("CPU", 1)))
 
 
-def new_evaluator(config, hide: tuple[str, ...] = ()):
-    """An evaluator actor for `config`'s domain; `hide` lists paths its sandboxes must not see."""
-    return EvaluatorActor.remote(config.domain.name, config.domain.options, config.evaluator.sandbox, hide)
+def new_evaluator(config, hide: tuple[str, ...] = (), *, secrets):
+    """An evaluator actor for `config`'s domain; `hide` lists paths its sandboxes must not see.
+
+    `secrets` (the run's `RunSecrets`) must be the same for every evaluator of a run, so every
+    program meets the same data (common random numbers).
+    """
+    return EvaluatorActor.remote(config.domain, {}, config.evaluator.sandbox, hide, secrets)
 
 
 def project_root() -> str:
@@ -56,7 +60,9 @@ def connect(address: str | None, num_cpus: int | None = None) -> dict:
     if ray.is_initialized():
         return ray.cluster_resources()
     address = address or os.environ.get("RAY_ADDRESS")
-    env = {"env_vars": {"PYTHONPATH": project_root()}}
+    # Atoll's own tree first, then the caller's path (where a user's domain package may live)
+    paths = [project_root(), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = {"env_vars": {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}}
     if address:
         ray.init(address=address, runtime_env=env, log_to_driver=False)
     else:

@@ -23,6 +23,8 @@ EPILOG = """examples:
   atoll query --library "SELECT * FROM best_per_run"   SQL across every known run
   atoll skills --domain inventory                   learned skills and their efficacy
   atoll run configs/inventory.toml --set memory.warm_start=true   start from the library
+  atoll new-domain pricing                          write an example domain of your own into ./pricing
+  atoll check pricing/pricing.toml                  check that a domain keeps the contract
 
 shipped configs (configs/*.toml): inventory; milp_setcover, milp_cauctions, milp_facility,
 milp_indset; control_lunarlander, control_pendulum, control_mountaincar; trading_sp500,
@@ -71,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
     base = sub.add_parser("baselines", help="score the domain's baselines on the held-out split")
     base.add_argument("config")
     base.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    new = sub.add_parser("new-domain", help="write a working example domain of your own (a file, a config, a test)")
+    new.add_argument("name", help="the domain's name: lowercase letters, digits, underscores")
+    new.add_argument("--dir", help="where to write it (default ./NAME)")
+    check = sub.add_parser("check", help="check that a config's domain keeps the contract (real sandbox, no Ray)")
+    check.add_argument("config", help="TOML config naming the domain, e.g. pricing/pricing.toml")
+    check.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     return parser
 
 
@@ -79,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     from controller import commands
 
     try:
-        return getattr(commands, f"cmd_{args.command}")(args)
+        return getattr(commands, f"cmd_{args.command.replace('-', '_')}")(args)
     except (UserError, ConfigError) as exc:
         print(f"atoll: {exc}", file=sys.stderr)
         return 2

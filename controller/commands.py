@@ -13,6 +13,7 @@ from rich.console import Console
 from controller.cli import UserError
 from controller.config import AtollConfig, load_config, validate
 from controller.memory_commands import cmd_runs, cmd_skills, library_query  # noqa: F401  (the library's commands)
+from controller.domain_commands import cmd_check, cmd_new_domain  # noqa: F401  (the CLI finds commands here)
 
 ARCHIVE = "archive.duckdb"
 # Output to a file or a pipe (a log, a job's driver output) is not cut to 80 columns:
@@ -54,14 +55,45 @@ def cmd_run(args) -> int:
 
     overrides = list(args.set) + ([f"run.max_evals={args.max_evals}"] if args.max_evals else [])
     config, text = load_config(args.config, overrides)
+    protections = _sandbox_protections(config)
     _memory_checked(config)
     run_dir = _run_dir_for(config, args.run_dir)
     with DuckDBArchive(run_dir / ARCHIVE) as archive:
         run_id = run_dir.resolve().name + "-" + time.strftime("%H%M%S")
         archive.create_run(run_id, config.model_dump(mode="json"), text)
+        archive.save_secrets(run_id, _new_secrets(config).to_record())
+        archive.record_protections(run_id, protections)
         console.print(f"[bold]atoll[/] run {run_id} in {run_dir} (resume with: atoll resume {run_dir})",
                       soft_wrap=True)
         return _search(config, archive, run_id, run_dir, args)
+
+
+def _new_secrets(config):
+    """The secret randomness of a new run or baseline table: drawn from the OS unless run.replay_seed fixes it."""
+    from evaluators.secrets import RunSecrets
+
+    if config.run.replay_seed is None:
+        return RunSecrets.draw()
+    return RunSecrets.fixed(config.run.replay_seed)
+
+
+def _say_if_replayable(replay_seed: int | None) -> None:
+    from evaluators.secrets import replay_note
+
+    if replay_seed is not None:
+        console.print(f"[bold yellow]{replay_note(replay_seed)}[/]", soft_wrap=True)
+
+
+def _stored_secrets(archive, run_id: str, run_dir: Path):
+    """The run's secrets from its archive; a run without them cannot be continued comparably."""
+    from evaluators.secrets import RunSecrets
+
+    record = archive.load_secrets(run_id)
+    if record is None:
+        raise UserError(f"{run_dir} predates secret randomness (its archive holds no run_secrets row), so new "
+                        "scores would not be comparable with its old ones; start a new run")
+    _say_if_replayable(archive.get_run(run_id)["config"].get("run", {}).get("replay_seed"))
+    return RunSecrets.from_record(record)
 
 
 def cmd_resume(args) -> int:
@@ -69,6 +101,7 @@ def cmd_resume(args) -> int:
     with _archive(run_dir) as archive:
         run_id, run = _latest_run(archive, run_dir, "resume")
         config = validate(run["config"])
+        archive.record_protections(run_id, _sandbox_protections(config))
         done = archive.count_evaluations(run_id, "search")
         console.print(f"[bold]atoll[/] resuming {run_id}: {done}/{config.run.max_evals} evaluations done")
         return _search(config, archive, run_id, run_dir, args)
@@ -84,9 +117,21 @@ def _memory_checked(config, archive=None, run_id="", run_dir=None):
     try:
         if archive is None:
             return check_memory(config)
-        return RunMemory(config, archive, run_id, run_dir, get_domain_class(config.domain.name).entry_point)
+        return RunMemory(config, archive, run_id, run_dir, get_domain_class(config.domain).entry_point)
     except (LibraryError, WarmStartError) as exc:
         raise UserError(str(exc)) from None
+
+
+def _sandbox_protections(config) -> list[str]:
+    """The sandbox's protections on this machine, printed once; refuses if a required one cannot hold."""
+    from evaluators.sandbox.probe import SandboxRefused, required
+
+    try:
+        held = required(config.evaluator.sandbox)
+    except SandboxRefused as exc:
+        raise UserError(str(exc)) from None
+    console.print(f"sandbox: {', '.join(held)}", soft_wrap=True)
+    return held
 
 
 def _search(config, archive, run_id, run_dir, args) -> int:
@@ -97,7 +142,8 @@ def _search(config, archive, run_id, run_dir, args) -> int:
     connect(args.ray_address)
     signal.signal(signal.SIGTERM, _stop_cleanly)  # `ray job stop`, a scheduler's kill: commit, then exit
     archive.set_run_status(run_id, "running")
-    search = Search(config, archive, run_id, run_dir, hide=(str(run_dir.resolve()),), memory=memory)
+    search = Search(config, archive, run_id, run_dir, hide=(str(run_dir.resolve()),),
+                    secrets=_stored_secrets(archive, run_id, run_dir), memory=memory)
     status = search.run()
     archive.set_run_status(run_id, status, ended=True)
     note = memory.finish(status, search.done, search.best_score)
@@ -141,10 +187,12 @@ def cmd_report(args) -> int:
         if archive.count_evaluations(run_id, "search") == 0:
             raise UserError(f"{run_dir} has no search evaluations yet; nothing to report")
         config = validate(run["config"])
+        secrets = _stored_secrets(archive, run_id, run_dir)
         connect(args.ray_address)
         signal.signal(signal.SIGTERM, _stop_cleanly)
-        evaluators = [new_evaluator(config, (str(run_dir.resolve()),)) for _ in range(evaluator_count(config))]
-        domain = get_domain(config.domain.name, **config.domain.options)
+        evaluators = [new_evaluator(config, (str(run_dir.resolve()),), secrets=secrets)
+                      for _ in range(evaluator_count(config))]
+        domain = get_domain(config.domain, secrets=secrets)
         return _report(archive, run_id, domain, evaluators, run_dir)
 
 
@@ -159,8 +207,12 @@ def cmd_status(args) -> int:
     sql = ("SELECT r.run_id, r.status, r.started_at, r.ended_at, "
            "(SELECT count(*) FROM evaluations e WHERE e.run_id = r.run_id AND split = 'search') AS evals, "
            "(SELECT max(score) FROM evaluations e WHERE e.run_id = r.run_id AND split = 'search' "
-           "AND status = 'OK') AS best FROM runs r ORDER BY started_at")
-    cols, rows, note = _query(run_dir, sql)
+           "AND status = 'OK') AS best, array_to_string(r.protections, ', ') AS sandbox FROM runs r "
+           "ORDER BY started_at")
+    try:
+        cols, rows, note = _query(run_dir, sql)
+    except UserError:  # an archive from before the sandbox's protections were stored
+        cols, rows, note = _query(run_dir, sql.replace(", array_to_string(r.protections, ', ') AS sandbox", ""))
     _print_rows(cols, rows, note)
     if not from_snapshot(note) and any(row[1] == "running" for row in rows):
         console.print("no driver holds this run: it stopped without ending (crash, kill or lost machine); "
@@ -229,6 +281,8 @@ def cmd_baselines(args) -> int:
     from controller.report import baseline_report
 
     config, _ = load_config(args.config, args.set)
+    secrets = _new_secrets(config)
+    _say_if_replayable(config.run.replay_seed)
     connect(None)
-    baseline_report(config, console)
+    baseline_report(config, console, secrets)
     return 0

@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from controller.memory_config import MemoryConfig
+from evaluators.registry import DomainConfig, DomainLoadError
 from evaluators.sandbox.config import SandboxConfig
 from islands.config import IslandsConfig
 from workers.config import EmbeddedMutatorConfig
@@ -30,16 +31,10 @@ class RunConfig(_Strict):
     """What the search is and how long it may run."""
 
     name: str = Field("atoll", min_length=1, description="A label for the run, shown in status.")
-    seed: int = Field(0, ge=0, description="Seed of every random decision of the search.")
+    seed: int = Field(0, ge=0, description="Seed of every random decision of the search (parents, mutations); never of the data programs are scored on.")
+    replay_seed: int | None = Field(None, ge=0, description="Fix the run's secret randomness (demand, instances, episode seeds, markets) to this number so its scores can be replayed; anyone who knows it can regenerate the data. None: drawn from the OS and kept in the run's archive.")
     max_evals: int = Field(400, ge=1, description="Budget: search-split evaluations, failed ones included.")
     max_wall_s: float = Field(480.0, gt=0, description="Budget: wall-clock seconds of searching (resumes add theirs).")
-
-
-class DomainConfig(_Strict):
-    """Which registered domain scores the programs, and its own options."""
-
-    name: str = Field(description="A registered domain, e.g. 'inventory'.")
-    options: dict = Field(default_factory=dict, description="Options validated by the domain's own config model.")
 
 
 class MutatorConfig(_Strict):
@@ -112,19 +107,23 @@ def apply_overrides(tree: dict, overrides: list[str]) -> dict:
 
 
 def validate(tree: dict) -> AtollConfig:
-    """Validate a config tree, including the domain's own options."""
-    from evaluators.registry import domain_names, get_domain_class
+    """Validate a config tree, including the domain's own options (loading the domain to get its model)."""
+    from evaluators.registry import get_domain_class
 
     try:
         config = AtollConfig.model_validate(tree)
     except ValidationError as exc:
         raise ConfigError(_first_error(exc)) from None
-    if config.domain.name not in domain_names():
-        raise ConfigError(f"domain.name: unknown domain {config.domain.name!r}; known: {', '.join(domain_names())}")
     try:
-        get_domain_class(config.domain.name).config_model.model_validate(config.domain.options)
+        model = get_domain_class(config.domain).config_model
+    except DomainLoadError as exc:
+        raise ConfigError(str(exc) if str(exc).startswith("domain.") else f"domain.name: {exc}") from None
+    try:
+        model.model_validate(config.domain.options)
     except ValidationError as exc:
-        raise ConfigError("domain.options." + _first_error(exc)) from None
+        message = _first_error(exc)  # "(top level): ..." for a rule across several options
+        raise ConfigError("domain.options" + (message[len("(top level)"):] if message.startswith("(top level)")
+                                              else "." + message)) from None
     return config
 
 
@@ -137,5 +136,20 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> tuple[AtollConfi
         tree = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    config = validate(apply_overrides(tree, list(overrides)))
+    config = validate(read_domain_file(apply_overrides(tree, list(overrides)), path.parent))
     return config, path.read_text()
+
+
+def read_domain_file(tree: dict, folder: Path) -> dict:
+    """Resolve `domain.path` against the config's folder and put the file's text in `domain.source`."""
+    from evaluators.domain_file import read_source
+
+    domain = tree.get("domain")
+    if not isinstance(domain, dict) or not isinstance(domain.get("path"), str):
+        return tree
+    path = (folder / Path(domain["path"]).expanduser()).resolve()
+    try:
+        source = read_source(path)
+    except DomainLoadError as exc:
+        raise ConfigError(str(exc)) from None
+    return dict(tree, domain=dict(domain, path=str(path), source=source))

@@ -39,10 +39,11 @@ _STARTS = ("seed", WARM)  # programs every island starts from: the seed, a warm 
 class Search:
     """Drives one run until its budget is spent or it is interrupted."""
 
-    def __init__(self, config, archive, run_id: str, run_dir, hide: tuple[str, ...] = (),
+    def __init__(self, config, archive, run_id: str, run_dir, hide: tuple[str, ...] = (), *, secrets,
                  memory: RunMemory | None = None):
         self.config, self.archive, self.run_id, self.run_dir = config, archive, run_id, run_dir
-        self.domain = get_domain(config.domain.name, **config.domain.options)
+        self.secrets = secrets  # the run's, from its archive: every evaluator gets the same
+        self.domain = get_domain(config.domain, secrets=secrets)
         self.memory = memory or RunMemory(config, archive, run_id, run_dir, self.domain.entry_point)
         self.pending: dict = {}
         self.results: list = []
@@ -92,12 +93,12 @@ class Search:
         n = evaluator_count(c)
         self.evaluators = [self._new_evaluator() for _ in range(n)]
         self.load = {i: 0 for i in range(n)}
-        self.mutators = [MutatorActor.remote(c.domain.name, c.domain.options, c.mutator.embedded)
+        self.mutators = [MutatorActor.remote(c.domain, {}, c.mutator.embedded)
                          for _ in range(c.mutator.workers)]
         self._next_mutator = 0
 
     def _new_evaluator(self):
-        return new_evaluator(self.config, self.hide)
+        return new_evaluator(self.config, self.hide, secrets=self.secrets)
 
     def _submit_eval(self, candidate: Candidate, split: str = "search") -> None:
         i = min(self.load, key=self.load.get)

@@ -30,12 +30,25 @@ WARM = "warm-start"
 _FLUSH_PATIENCE_S = 2.0  # longest a flush during the search waits for a busy library  # Candidate.mutator of an elite a warm start evaluates first
 
 
-def fingerprint(domain: str, options: dict) -> str:
-    """A short hash of the domain and its validated options (defaults filled in)."""
+def fingerprint(domain, options: dict | None = None) -> str:
+    """A short hash of the domain (a registered name, or the run's `[domain]` branch; a file
+    domain's text counts) and its validated options, defaults filled in."""
     from evaluators.registry import get_domain_class
 
-    dumped = get_domain_class(domain).config_model.model_validate(options).model_dump(mode="json")
-    return hashlib.sha256(json.dumps([domain, dumped], sort_keys=True).encode()).hexdigest()[:12]
+    cls = get_domain_class(domain)
+    options = getattr(domain, "options", {}) if options is None else options
+    dumped = cls.config_model.model_validate(options).model_dump(mode="json")
+    source = getattr(domain, "source", None) or ""
+    text = json.dumps([cls.name, dumped, hashlib.sha256(source.encode()).hexdigest() if source else ""],
+                      sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def domain_name(config) -> str:
+    """The domain's registered name (a file domain's class names itself too)."""
+    from evaluators.registry import get_domain_class
+
+    return get_domain_class(config.domain).name
 
 
 def open_library(config) -> Library | None:
@@ -52,7 +65,7 @@ def check_memory(config) -> None:
     `memory.warm_from` must name runs it knows (LibraryError, WarmStartError)."""
     library = open_library(config)
     if library is not None and config.memory.warm_start:
-        fp = fingerprint(config.domain.name, config.domain.options)
+        fp = fingerprint(config.domain)
         library.transaction(lambda con: plan_warm_start(con, config, fp))
 
 
@@ -78,7 +91,7 @@ class RunMemory:
         self.config, self.memory, self.archive, self.run_id = config, config.memory, archive, run_id
         self.run_dir = str(Path(run_dir).resolve())
         self.entry_point = entry_point
-        self.fingerprint = fingerprint(config.domain.name, config.domain.options)
+        self.domain, self.fingerprint = domain_name(config), fingerprint(config.domain)
         self.library = open_library(config)
         self.skills: dict[str, Skill] = {}
         self.warm: list[dict] = []  # elites of the warm start not yet submitted
@@ -86,7 +99,7 @@ class RunMemory:
         self.skill_of: dict[str, tuple[str, str]] = {}  # child program id -> (skill id, parent id)
         self.pending = {"skills": [], "uses": []}
         self.last_flush, self.flush_error = 0.0, ""
-        self.learner = SkillLearner(config.domain.name, self.fingerprint, entry_point, self.memory.validate_every,
+        self.learner = SkillLearner(self.domain, self.fingerprint, entry_point, self.memory.validate_every,
                                     self.memory.min_gain, self._validated())
         self.plan = self._plan()
         best = archive.best_program(run_id, "search")
@@ -104,7 +117,7 @@ class RunMemory:
             plan = self.library.transaction(lambda con: plan_warm_start(con, self.config, self.fingerprint))
             self.archive.log_events(self.run_id, [("warm-start-plan", plan)])
         self.warm = list(plan["elites"])
-        rows = self.library.transaction(lambda con: records.skills(con, self.config.domain.name))
+        rows = self.library.transaction(lambda con: records.skills(con, self.domain))
         self.skills = {r["skill_id"]: skill_from_row(r) for r in rows if r["skill_id"] in set(plan["skills"])}
         return plan
 
@@ -181,7 +194,7 @@ class RunMemory:
 
     # --- writing to the library --------------------------------------------------------------
     def catalog_row(self, status: str, done: int, best: float | None) -> dict:
-        return {"run_id": self.run_id, "run_dir": self.run_dir, "domain": self.config.domain.name,
+        return {"run_id": self.run_id, "run_dir": self.run_dir, "domain": self.domain,
                 "fingerprint": self.fingerprint, "config": self.config.model_dump(mode="json"),
                 "status": status, "evaluations": done, "best_search_score": best,
                 "warm_start": _summary(self.plan) if self.plan else None}
@@ -236,7 +249,7 @@ class RunMemory:
             "ORDER BY e.score DESC, p.seq) = 1 ORDER BY e.score DESC, length(p.code), p.seq LIMIT ?",
             [self.run_id, self.memory.elites_per_run]).fetchall()
         elites = [{"program_id": pid, "search_score": score, "code": code, "code_hash": h,
-                   "domain": self.config.domain.name, "fingerprint": self.fingerprint} for pid, score, code, h in rows]
+                   "domain": self.domain, "fingerprint": self.fingerprint} for pid, score, code, h in rows]
         learned = [json.loads(d) for (d,) in con.execute(
             "SELECT data FROM events WHERE run_id = ? AND kind = 'skill-learned' ORDER BY ts", [self.run_id]).fetchall()]
         uses = [json.loads(d) for (d,) in con.execute(

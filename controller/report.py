@@ -8,6 +8,7 @@ from rich.table import Table
 
 from controller.actors import evaluator_count, new_evaluator
 from controller.memory import library_note
+from evaluators.secrets import replay_note
 from store.records import Candidate, Status
 
 
@@ -79,8 +80,16 @@ def heldout_report(archive, run_id: str, domain, evaluators, console) -> dict:
     results = {label: results[label] for label in programs}
     reference = dict(reference, trials=search_trials(archive, run_id))
     columns, rows, notes = domain.heldout_table(results, reference)
+    run_config = (archive.get_run(run_id) or {}).get("config", {})
+    notes = _with_replay_note(notes, run_config.get("run", {}).get("replay_seed"))
     _print_table(console, f"held-out split ({domain.name})", columns, rows, [*notes, library_note(archive, run_id)])
     return results
+
+
+def _with_replay_note(notes: list[str], replay_seed: int | None) -> list[str]:
+    """A replayable run's table says so plainly, below the domain's own notes."""
+    note = replay_note(replay_seed)
+    return list(notes) + ([note] if note else [])
 
 
 def search_trials(archive, run_id: str) -> dict:
@@ -112,14 +121,15 @@ def _as_result(row: dict):
                       error=row.get("error"))
 
 
-def baseline_report(config, console) -> dict:
-    """Baselines alone on the held-out split: no search, no archive."""
+def baseline_report(config, console, secrets) -> dict:
+    """Baselines alone on the held-out split, on `secrets` (fresh ones unless replayed): no search, no archive."""
     from evaluators.registry import get_domain
 
-    domain = get_domain(config.domain.name, **config.domain.options)
-    actors = [new_evaluator(config) for _ in range(evaluator_count(config))]
+    domain = get_domain(config.domain, secrets=secrets)
+    actors = [new_evaluator(config, secrets=secrets) for _ in range(evaluator_count(config))]
     programs = {f"baseline: {name}": (f"baseline-{name}", code) for name, code in domain.baselines().items()}
     results, reference = _evaluate_all(actors, programs, console)
     columns, rows, notes = domain.heldout_table(results, reference)
+    notes = _with_replay_note(notes, config.run.replay_seed)
     _print_table(console, f"baselines, held-out split ({domain.name})", columns, rows, notes)
     return results

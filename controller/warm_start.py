@@ -18,7 +18,9 @@ class WarmStartError(Exception):
 def plan_warm_start(con, config, fingerprint: str) -> dict:
     """{runs, elites, skills}: the source runs ('library' for the whole library), the elites to
     evaluate first (best search score first) and the ids of the skills to replay."""
-    memory, domain = config.memory, config.domain.name
+    from controller.memory import domain_name
+
+    memory, domain = config.memory, domain_name(config)
     run_ids = _source_runs(con, memory.warm_from, domain) if memory.warm_from else None
     elites = records.elites(con, fingerprint=fingerprint, run_ids=run_ids, limit=memory.warm_elites)
     skills = records.skills(con, domain, run_ids=run_ids)

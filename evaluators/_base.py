@@ -4,6 +4,8 @@ A domain owns its simulator or solver, its data, its splits and its score. It
 never runs candidate code itself: it receives a `PolicyFn` (in production a
 `sandbox.PolicyProcess`) and sends it batches of states. Anything the candidate
 does wrong is raised as a `CandidateError` and becomes an `EvalResult` status.
+A reply holds one action array per batch of at most 1024 numbers plus four per
+number of that batch's state; a larger one is INVALID before it is read.
 """
 from __future__ import annotations
 
@@ -17,7 +19,11 @@ from evaluators.params import ParamSpec
 from evaluators.secrets import RunSecrets
 from store.records import EvalResult, Status
 
-SPLITS = ("search", "heldout")
+# search: what the evolution sees and is scored on. validation: other data scored like the
+# search split (same protocol, same scale), to check that a gain on search holds elsewhere;
+# selected on again and again, so never used for reports. heldout: touched only by reports
+# and promotion gates; its scores never reach a mutator.
+SPLITS = ("search", "validation", "heldout")
 
 # policy(batches) -> actions: batches is a list of (state, params) pairs, each a
 # dict of numpy arrays; the answer is one numeric array per batch.
@@ -61,7 +67,12 @@ class Domain(abc.ABC):
 
     @abc.abstractmethod
     def evaluate(self, policy: PolicyFn, params: dict[str, ParamSpec], split: str) -> Outcome:
-        """Score `policy` on `split`, tuning `params` on the search split only.
+        """Score `policy` on `split`, tuning `params` first where the protocol says so
+        (never on the data the held-out figure is measured on).
+
+        "search" and "validation" follow the same protocol on different data (the
+        validation data derived from `secrets.validation`), so their scores are on one
+        scale; "heldout" is the report's protocol.
 
         Raises `CandidateError` for anything the candidate did wrong.
         """
@@ -83,8 +94,20 @@ class Domain(abc.ABC):
         """
         return {}
 
+    def program_modules(self) -> tuple[str, ...]:
+        """Top-level modules the domain's programs may import besides the standard library.
+
+        They are bound read-only into the candidate's root with their companion
+        library folders and the system libraries they load; nothing else is there.
+        """
+        return ("numpy",)
+
     def sandbox_hide(self) -> tuple[str, ...]:
-        """Paths the candidate's process must not read (the domain's own data files)."""
+        """Paths the candidate's process must not read even where they lie inside `program_modules()`.
+
+        The candidate's root is an allow-list, so a domain's data outside those
+        modules is out of reach without naming it here.
+        """
         return ()
 
     @abc.abstractmethod

@@ -70,8 +70,8 @@ class RunSecrets:
 
     def seed(self, split: str, *key, bits: int = 31) -> int:
         """An integer seed below 2**bits, for libraries that take one (gymnasium, SCIP, optuna)."""
-        state = self.sequence(split, *key).generate_state(2, dtype=np.uint32)
-        return int((int(state[0]) << 32 | int(state[1])) % (1 << bits))
+        words = self.sequence(split, *key).generate_state(max(2, -(-bits // 32)), dtype=np.uint32)
+        return int.from_bytes(words.tobytes(), "little") % (1 << bits)
 
     def to_record(self) -> dict:
         """For the archive: the secrets as decimal strings (they exceed 64 bits)."""
@@ -85,3 +85,12 @@ class RunSecrets:
 
     def __repr__(self) -> str:  # never print the secrets themselves into a log
         return f"RunSecrets(replayable={self.replayable})"
+
+
+def replay_note(replay_seed: int | None) -> str | None:
+    """What a run with a fixed replay seed must say plainly (None for drawn secrets)."""
+    if replay_seed is None:
+        return None
+    return (f"Replayable run: its secrets derive from run.replay_seed = {replay_seed}, so anyone who knows that "
+            "number can regenerate every demand, instance, episode seed and market it was scored on, and a "
+            "program could be written to fit them. Its scores are reproducible, not protected.")

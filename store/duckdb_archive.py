@@ -120,8 +120,15 @@ class DuckDBArchive:
     # --- runs -----------------------------------------------------------------
     def create_run(self, run_id: str, config: dict, toml_text: str = "") -> None:
         name = (config.get("run") or {}).get("name")
-        self.con.execute("INSERT INTO runs VALUES (?, ?, 'created', now(), NULL, ?, ?)",
+        self.con.execute("INSERT INTO runs (run_id, name, status, started_at, ended_at, config, toml) "
+                         "VALUES (?, ?, 'created', now(), NULL, ?, ?)",
                          [run_id, name, _json(config), toml_text])
+
+    def record_protections(self, run_id: str, held: list[str]) -> None:
+        """Store the sandbox protections in force; a resumed run keeps those that held in every segment."""
+        self.con.execute("UPDATE runs SET protections = CASE WHEN protections IS NULL THEN ?::VARCHAR[] "
+                         "ELSE list_filter(?::VARCHAR[], lambda p: list_contains(protections, p)) END "
+                         "WHERE run_id = ?", [list(held), list(held), run_id])
 
     def set_run_status(self, run_id: str, status: str, ended: bool = False) -> None:
         self.con.execute("UPDATE runs SET status = ?, ended_at = CASE WHEN ? THEN now() ELSE NULL END "
@@ -137,6 +144,18 @@ class DuckDBArchive:
         run = dict(zip(keys, row))
         run["config"] = json.loads(run["config"])
         return run
+
+    def save_secrets(self, run_id: str, record: dict) -> None:
+        """The run's secrets (`RunSecrets.to_record()`), written once when the run is created."""
+        self.con.execute("INSERT INTO run_secrets VALUES (?, ?, ?, ?, ?, now())",
+                         [run_id, record["search"], record["validation"], record["heldout"],
+                          bool(record["replayable"])])
+
+    def load_secrets(self, run_id: str) -> dict | None:
+        """The run's secrets as stored (`RunSecrets.from_record` takes it), or None for a run without."""
+        row = self.con.execute("SELECT search, validation, heldout, replayable FROM run_secrets WHERE run_id = ?",
+                               [run_id]).fetchall()
+        return dict(zip(("search", "validation", "heldout", "replayable"), row[0])) if row else None
 
     def latest_run_id(self) -> str | None:
         row = self.con.execute("SELECT run_id FROM runs ORDER BY started_at DESC LIMIT 1").fetchall()

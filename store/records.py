@@ -67,7 +67,7 @@ class EvalResult:
     """
 
     program_id: str
-    split: str  # "search" or "heldout"
+    split: str  # "search", "validation" or "heldout" (evaluators._base.SPLITS)
     status: Status
     score: float | None = None
     metrics: dict = field(default_factory=dict)

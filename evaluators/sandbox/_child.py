@@ -1,101 +1,34 @@
 """The sandboxed side of the policy channel: run as `python -I _child.py --zygote FD`.
 
 That process is the fork server (`zygote`); each candidate's process is forked
-from it.
-
-Everything up to `serve()` is trusted set-up that runs before any candidate
-code is read: cut the network, hide the project and run files behind private
-tmpfs mounts, set resource limits and drop to an unprivileged uid. Only then is
+from it. Everything up to `serve()` is trusted set-up that runs before any
+candidate code is read (see `_isolate` for what each step holds). Only then is
 the candidate's code executed, in a fresh module, and its policy answers
 batched requests. The process holds no scoring code and no data but what each
 request carries, so whatever the candidate patches here only changes its own
-answers. This file must import nothing from Atoll except the wire module.
+answers. This file imports nothing from Atoll but its two neighbours, by file.
 """
-import ctypes
 import json
 import os
 import resource
+import select
+import signal
+import socket
 import sys
+import time
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import wire  # noqa: E402  (the sandbox's only Atoll import)
+import _isolate as iso  # noqa: E402  (the sandbox's only Atoll imports, by file)
+import wire  # noqa: E402
 
 sys.path.pop(0)
 for _name in ("math", "random", "itertools", "functools", "collections", "statistics",
               "heapq", "bisect", "operator", "typing", "dataclasses", "numpy"):
     __import__(_name)
 
-CLONE_NEWNS, CLONE_NEWNET = 0x00020000, 0x40000000
-MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _mount(source, target, fstype, flags, data=None):
-    if _libc.mount(source, target.encode(), fstype, flags, data) != 0:
-        raise OSError(ctypes.get_errno(), f"mount {target}")
-
-
-def _tmpfs(target, size_mb, mode="755"):
-    _mount(b"tmpfs", target, b"tmpfs", 0, f"size={size_mb}m,mode={mode}".encode())
-
-
-def _bind(source, target, readonly=True):
-    _mount(source.encode(), target, None, MS_BIND | MS_REC)
-    if readonly:
-        _mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
-
-
-def _under(path, top):
-    return path == top or path.startswith(top.rstrip("/") + "/")
-
-
-def hide_paths(hide, keep, scratch_mb):
-    """Give the process private, empty views of the world-writable dirs and of `hide`, keeping `keep` readable.
-
-    Covers go on in order. A kept path under a cover (the interpreter of a virtualenv
-    in /tmp, or under the home directory) is held open before that cover goes on and
-    bound back read-only through the handle, so a later entry of `hide` inside it (a
-    domain's data in site-packages) is still covered.
-    """
-    _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    for top in ("/tmp", "/var/tmp", "/dev/shm"):
-        _cover(top, keep, lambda t: _tmpfs(t, scratch_mb, "1777"))
-    for top in hide:
-        _cover(top, keep, lambda t: _tmpfs(t, 1))
-
-
-def _cover(top, keep, mount):
-    if not os.path.isdir(top):  # absent, or under an earlier cover already
-        return
-    held = [(os.open(k, os.O_PATH | os.O_DIRECTORY), k) for k in keep if _under(k, top) and os.path.isdir(k)]
-    mount(top)
-    for fd, k in held:
-        os.makedirs(k, exist_ok=True)
-        _bind(f"/proc/self/fd/{fd}", k)
-        os.close(fd)
-
-
-def isolate(spec):
-    """Trusted set-up; returns the list of protections that are in force."""
-    held = []
-    if os.geteuid() == 0 and _libc.unshare(CLONE_NEWNS | CLONE_NEWNET) == 0:
-        held.append("no-network")
-        hide_paths(spec["hide"], spec["keep"], spec["scratch_mb"])
-        held.append("private-filesystem")
-    os.chdir("/tmp")
-    limits = spec["limits"]
-    for name, value in (("RLIMIT_AS", limits["memory_mb"] << 20), ("RLIMIT_CPU", limits["cpu_s"]),
-                        ("RLIMIT_FSIZE", limits["file_mb"] << 20), ("RLIMIT_CORE", 0),
-                        ("RLIMIT_NPROC", limits["processes"])):
-        resource.setrlimit(getattr(resource, name), (value, value))
-    held.append("rlimits")
-    if os.geteuid() == 0:
-        os.setgroups([])
-        os.setgid(spec["uid"])
-        os.setuid(spec["uid"])
-        held.append("unprivileged-uid")
-    return held
+ROOT = "/tmp"  # where the fork server builds the candidates' root (in its own mount namespace), then moves in
+NAMESPACED = ("no-network", "own-ipc", "own-pids", "private-filesystem")
 
 
 class Channel:
@@ -113,7 +46,7 @@ class Channel:
         return b"".join(chunks)
 
     def recv(self):
-        return wire.unpack(self._read(wire.frame_length(self._read(4))))
+        return wire.unpack(self._read(wire.frame_length(self._read(4), 1 << 31)))
 
     def send(self, obj):
         data = wire.pack(obj)
@@ -147,11 +80,15 @@ def answer(fn, batches):
     return {"actions": actions}
 
 
-def serve(channel, held):
+def serve(channel, held, missing, require):
     request = channel.recv()
+    unsafe = {name: missing[name] for name in require if name in missing}
+    if unsafe:  # never run a candidate without what the run requires
+        channel.send({"unsafe": unsafe})
+        return
     try:
         fn = load(request["code"], request["entry"])
-        channel.send({"ready": held})
+        channel.send({"ready": held, "missing": missing} if missing else {"ready": held})
     except BaseException as exc:  # noqa: BLE001  the candidate's failure is data
         channel.send(_error(exc))
         return
@@ -164,11 +101,128 @@ def serve(channel, held):
         channel.send(reply)
 
 
-def run_candidate(spec):
-    """In a fresh process: isolate, then serve the candidate's policy until EOF."""
-    channel = Channel(spec["rfd"], spec["wfd"])
-    held = isolate(spec)
-    serve(channel, held)
+# --- one candidate's processes -------------------------------------------------
+def _why(exc):
+    return f"{exc.strerror or exc}" if isinstance(exc, OSError) else str(exc)
+
+
+def candidate(spec, world):
+    """In a fresh fork of the server: new namespaces, then one more fork, so the candidate is pid 1.
+
+    This process stays outside the candidate's pid namespace, waits for it and
+    exits the way it did; when either dies, the kernel kills the other and
+    every process the candidate left.
+    """
+    iso.prctl(iso.PR_SET_PDEATHSIG, signal.SIGKILL)
+    missing = dict(world["missing"])
+    try:
+        iso.new_namespaces()
+    except OSError as exc:
+        missing.update({name: f"no namespaces: {_why(exc)} (errno {exc.errno})" for name in NAMESPACED})
+    else:
+        pid = os.fork()
+        if pid:
+            _relay(pid, (spec["rfd"], spec["wfd"]), spec["limits"]["cpu_s"])
+    confine(spec, world, missing)
+
+
+def _relay(pid, fds, cpu_s):
+    for fd in fds:  # the channel belongs to the candidate: its death must reach the evaluator as EOF
+        os.close(fd)
+    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+    cpu = _cpu_seconds(pid)  # read before the zombie is reaped
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        if sig == signal.SIGKILL and cpu >= cpu_s:  # pid 1 ignores SIGXCPU: the CPU limit kills with SIGKILL
+            sig = signal.SIGXCPU  # so say which limit fired
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
+
+
+def _cpu_seconds(pid):
+    """The process's CPU time as RLIMIT_CPU counts it (the kernel's CPUCLOCK_PROF clock)."""
+    try:
+        return time.clock_gettime((~pid) << 3)
+    except OSError:
+        return 0.0
+
+
+def confine(spec, world, missing):
+    """The candidate's own process: finish its confinement, then serve its policy until EOF."""
+    iso.prctl(iso.PR_SET_PDEATHSIG, signal.SIGKILL)
+    held = []
+    if "no-network" not in missing:
+        held += ["no-network", "own-ipc"] + (["own-pids"] if os.getpid() == 1 else [])
+        _try(held, missing, "private-filesystem", lambda: _enter(world, spec["scratch_mb"]))
+    _close_other_fds((0, 1, 2, spec["rfd"], spec["wfd"]))
+    _try(held, missing, "rlimits", lambda: iso.set_limits(spec["limits"]))
+    _try(held, missing, "no-capabilities", iso.drop_capabilities)
+    if world["uid"] is not None:
+        held.append("unprivileged-uid")
+    elif "unprivileged-uid" not in missing:
+        missing["unprivileged-uid"] = (f"the evaluator runs as uid {os.geteuid()}, not root: its candidates run "
+                                       "as that uid, kept apart by their own namespaces")
+    if world["seccomp"] is None:
+        missing["seccomp"] = world["seccomp_why"]
+    else:
+        _try(held, missing, "seccomp", lambda: iso.load_seccomp(world["seccomp"]))
+    serve(Channel(spec["rfd"], spec["wfd"]), held, missing, spec["require"])
+
+
+def _enter(world, scratch_mb):
+    if not world["root"]:
+        raise RuntimeError(world["missing"].get("private-filesystem", "no root was prepared"))
+    iso.private_mounts(scratch_mb)
+    _sethostname()
+
+
+def _sethostname():
+    name = b"sandbox"
+    iso._check(iso._libc.sethostname(name, len(name)), "sethostname")
+
+
+def _try(held, missing, name, step):
+    try:
+        step()
+    except Exception as exc:  # noqa: BLE001  a protection that cannot hold is reported, not fatal here
+        missing[name] = _why(exc)[:300]
+    else:
+        held.append(name)
+
+
+def _close_other_fds(keep):
+    edges = sorted(set(keep))
+    low = 0
+    for fd in edges:
+        if fd > low:
+            os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+
+
+# --- the fork server --------------------------------------------------------------
+def prepare(setup):
+    """The fork server's own set-up: the candidates' root, the claimed uid, the seccomp filter."""
+    world = {"root": False, "uid": None, "missing": {}}
+    world["seccomp"], world["seccomp_why"] = iso.seccomp_program()  # while the binding is still readable
+    try:
+        iso.own_mount_namespace()
+        iso.build_root(ROOT, setup["entries"])
+        iso.move_into(ROOT)
+        world["root"] = True
+    except OSError as exc:
+        world["missing"]["private-filesystem"] = f"the candidates' root could not be built: {_why(exc)}"
+    if setup["uid"] is not None:
+        try:
+            iso.become(setup["uid"])
+            world["uid"] = setup["uid"]
+        except OSError as exc:  # e.g. a container whose user namespace does not map that uid
+            world["missing"]["unprivileged-uid"] = f"uid {setup['uid']} could not be taken: {_why(exc)}"
+    iso.prctl(iso.PR_SET_PDEATHSIG, signal.SIGKILL)  # a change of uid clears it
+    return world
 
 
 def zygote(sock_fd):
@@ -178,68 +232,90 @@ def zygote(sock_fd):
     starts in milliseconds instead of a fresh interpreter's 200. It never reads
     or runs candidate code; every child forks from its pristine state, closes the
     zygote's socket, isolates itself and only then loads the candidate. Requests
-    (one JSON datagram each): spawn (with the child's pipe ends and log file as
-    passed descriptors) -> pid; wait (pid, timeout) -> exit code as `Popen`
-    reports it. It exits, killing its children, when its parent goes away.
+    (one JSON datagram each): setup (first, once: the root's entries and the
+    claimed uid) -> what could not be prepared; spawn (with the child's pipe ends
+    and log file as passed descriptors) -> pid; wait (pid, timeout) -> exit code
+    as `Popen` reports it; kill (pid) -> at once, the group killed and reaped
+    later. It exits, killing its children, when its parent goes away.
     """
-    import signal
-    import socket
-    import time
-
-    PR_SET_PDEATHSIG = 1
-    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    iso.prctl(iso.PR_SET_PDEATHSIG, signal.SIGKILL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the evaluator decides when to stop
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     sock = socket.socket(fileno=sock_fd)
-    children = set()
+    world = prepare(json.loads(sock.recv(1 << 20)))
+    sock.send(json.dumps({"missing": world["missing"]}).encode())
+    children, dying = set(), set()
     while True:
+        dying = {pid for pid in dying if not os.waitpid(pid, os.WNOHANG)[0]}  # reap what was killed before
         try:
             data, fds, _, _ = socket.recv_fds(sock, 1 << 16, 3)
         except OSError:
             data, fds = b"", []
         if not data:
             for pid in children:
-                try:
-                    os.killpg(pid, signal.SIGKILL)
-                except OSError:
-                    pass
+                _kill(pid)
             os._exit(0)
         request = json.loads(data)
         if request["op"] == "spawn":
-            spec = dict(request["spec"], rfd=fds[0], wfd=fds[1])
-            pid = os.fork()
-            if pid == 0:  # the candidate's process: nothing of the zygote survives but its imports
-                try:
-                    sock.close()
-                    signal.signal(signal.SIGINT, signal.SIG_DFL)
-                    os.setsid()
-                    os.dup2(fds[2], 1)
-                    os.dup2(fds[2], 2)
-                    os.close(fds[2])
-                    run_candidate(spec)
-                except BaseException:  # noqa: BLE001  set-up failed: say why in the log, exit non-zero
-                    traceback.print_exc()
-                    os._exit(1)
-                finally:
-                    os._exit(0)
-            for fd in fds:
-                os.close(fd)
-            children.add(pid)
-            reply = {"pid": pid}
+            reply = {"pid": _spawn(sock, dict(request["spec"], rfd=fds[0], wfd=fds[1]), fds, world)}
+            children.add(reply["pid"])
         elif request["op"] == "wait":
-            pid, deadline = request["pid"], time.monotonic() + request["timeout"]
-            while True:
-                done, status = os.waitpid(pid, os.WNOHANG)
-                if done or time.monotonic() > deadline:
-                    break
-                time.sleep(0.002)
-            if not done:
-                os.killpg(pid, signal.SIGKILL)
-                _, status = os.waitpid(pid, 0)
-            children.discard(pid)
-            reply = {"code": os.waitstatus_to_exitcode(status)}
+            reply = {"code": _wait(request["pid"], request["timeout"])}
+            children.discard(request["pid"])
+        elif request["op"] == "kill":  # reaped later, off the caller's clock
+            reply = {"killed": request["pid"] in children}
+            if reply["killed"]:
+                _kill(request["pid"])
+                children.discard(request["pid"])
+                dying.add(request["pid"])
         else:
             reply = {"error": f"unknown op {request['op']!r}"}
         sock.send(json.dumps(reply).encode())
+
+
+def _spawn(sock, spec, fds, world):
+    pid = os.fork()
+    if pid == 0:  # the candidate's process: nothing of the zygote survives but its imports
+        try:
+            sock.close()
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.setsid()
+            os.dup2(fds[2], 1)
+            os.dup2(fds[2], 2)
+            os.close(fds[2])
+            candidate(spec, world)
+        except BaseException:  # noqa: BLE001  set-up failed: say why in the log, exit non-zero
+            traceback.print_exc()
+            os._exit(1)
+        finally:
+            os._exit(0)
+    for fd in fds:
+        os.close(fd)
+    return pid
+
+
+def _kill(pid):
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _wait(pid, timeout):
+    """Exit code of child `pid`, killing its group if it has not ended within `timeout` seconds."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:  # already gone (and reaped by an earlier wait): nothing to report
+        return -signal.SIGKILL
+    try:
+        if not select.select([pidfd], [], [], timeout)[0]:
+            os.killpg(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:  # not ours, or reaped already
+        return -signal.SIGKILL
+    finally:
+        os.close(pidfd)
+    return os.waitstatus_to_exitcode(status)
 
 
 def main():

@@ -33,11 +33,13 @@ def test_run_then_best_status_and_query(atoll_cli, tmp_path):
     run_dir = tmp_path / "run"
     out = atoll_cli("run", "configs/inventory.toml", "--run-dir", str(run_dir), "--max-evals", "10", *TINY)
     assert "held-out" in out.stdout and "optimized base-stock" in out.stdout
+    assert "sandbox: no-network, " in out.stdout and "private-filesystem" in out.stdout
     assert _counts(run_dir) == (10, 10)
     best = atoll_cli("best", str(run_dir))
     assert "def policy" in best.stdout and "held-out score" in best.stdout
     status = atoll_cli("status", str(run_dir))
-    assert "completed" in status.stdout
+    assert "completed" in status.stdout and "no-network" in status.stdout
+    assert "seccomp" in run_query(run_dir, "SELECT protections FROM runs")[1][0][0]
     cols, rows, _ = run_query(run_dir, "SELECT count(*) FROM mutator_success")
     assert rows[0][0] >= 1
     again = atoll_cli("report", str(run_dir))  # every held-out result is in the archive: nothing is re-scored

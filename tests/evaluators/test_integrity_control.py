@@ -12,7 +12,8 @@ from evaluators.sandbox.config import SandboxConfig
 from evaluators.domains.control.programs import LANDER_HEURISTIC
 from evaluators.evaluator import Evaluator
 from store.records import Status
-from tests.evaluators.hostile import SNOOP_PRELUDE, assert_no_better, forge_frame, remember_prelude
+from tests.evaluators.hostile import (HUGE_REASON, SNOOP_PRELUDE, WRONG_READY_REASON, assert_outcome,
+                                     forge_frame, remember_prelude, huge_reply, wrong_ready)
 
 OPTIONS = {"search_seeds": 3, "heldout_seeds": 4, "max_steps": 150, "tune_trials": 2, "tune_batch": 2,
            "linear_trials": 2}
@@ -58,6 +59,7 @@ FORGE_FRAME = forge_frame("act(obs, params)", "np.zeros(len(obs), dtype=np.int64
 SNOOP = SNOOP_PRELUDE + '''
 def act(obs, params):
     _snoop_processes()
+    _snoop_packages()
     _try("project", lambda: os.listdir(PROJECT))
     _try("files", lambda: [p for top in (os.path.dirname(PROJECT), os.path.expanduser("~root"), "/tmp")
                            for p in _walk(top, ("control", "seed"))])
@@ -113,26 +115,17 @@ def honest(evaluator):
     return scores
 
 
-def _no_better(result, honest_score):
-    assert_no_better(result, honest_score, 1e-9)
-
 
 @pytest.mark.parametrize("name, code", [("patch scoring", PATCH_SCORING), ("patch numpy", PATCH_NUMPY),
                                         ("own simulator", OWN_SIMULATOR)], ids=lambda v: v[:20])
 @pytest.mark.parametrize("split", ["search", "heldout"])
 def test_patching_the_candidate_process_changes_nothing_trusted(evaluator, honest, name, code, split):
-    result = evaluator.evaluate(name, code, split)
-    _no_better(result, honest[split])
-    if name == "own simulator":
-        assert result.status == Status.OK, result.error
-    if result.status == Status.OK:
-        assert result.score == pytest.approx(honest[split])
+    assert_outcome(evaluator.evaluate(name, code, split), Status.OK, score=honest[split], tolerance=1e-9)
 
 
 def test_forged_frames_are_rejected(evaluator, honest):
     result = evaluator.evaluate("forge", FORGE_FRAME, "search")
-    _no_better(result, honest["search"])
-    assert result.status == Status.INVALID
+    assert_outcome(result, Status.INVALID, "malformed reply from the program: the reply has 4 fields")
 
 
 def test_environments_seeds_and_project_are_out_of_reach(evaluator, honest, monkeypatch):
@@ -140,7 +133,7 @@ def test_environments_seeds_and_project_are_out_of_reach(evaluator, honest, monk
     result = evaluator.evaluate("snoop", SNOOP.replace("PROJECT", repr(ROOT)), "heldout")
     assert result.status == Status.FAILED and "snooped:" in result.error
     for leak in ("s3cr3t", "control.py", "control_programs", "environ:", "memory:", "maps:", "open files:",
-                 "project:", "files:"):
+                 "packages:", "imported ", "project:", "files:"):
         assert leak not in result.error, result.error
 
 
@@ -148,8 +141,8 @@ def test_nothing_written_in_one_evaluation_is_seen_by_the_next(evaluator, honest
     code = REMEMBER.replace("PROJECT", repr(ROOT))
     first = evaluator.evaluate("remember", code, "search")
     second = evaluator.evaluate("remember", code, "search")
-    assert first.status == second.status == Status.OK
-    assert second.score == pytest.approx(first.score) == pytest.approx(honest["search"])
+    assert_outcome(first, Status.OK, score=honest["search"], tolerance=1e-9)
+    assert_outcome(second, Status.OK, score=honest["search"], tolerance=1e-9)
     assert not os.path.exists(os.path.join(ROOT, "atoll_note"))
 
 
@@ -163,3 +156,13 @@ def test_nothing_written_in_one_evaluation_is_seen_by_the_next(evaluator, honest
 def test_bad_actions_are_invalid(evaluator, body, needle):
     result = evaluator.evaluate("bad", f"import numpy as np\n\ndef act(obs, params):\n    {body}\n", "search")
     assert result.status == Status.INVALID and needle in result.error and "step" in result.error
+
+
+ANSWER = ('act(obs, params)', 'np.zeros(len(obs), dtype=np.int64)')
+REPLIES = {"16 MiB reply": (huge_reply(*ANSWER), HUGE_REASON), "wrong ready": (wrong_ready(*ANSWER), WRONG_READY_REASON)}
+
+
+@pytest.mark.parametrize("name", sorted(REPLIES))
+def test_replies_that_could_hurt_the_evaluator_are_invalid(evaluator, name):
+    code, reason = REPLIES[name]
+    assert_outcome(evaluator.evaluate("reply", code, "search"), Status.INVALID, reason)

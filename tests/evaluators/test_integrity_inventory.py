@@ -11,7 +11,8 @@ import pytest
 from evaluators.sandbox.config import SandboxConfig
 from evaluators.evaluator import Evaluator
 from store.records import Status
-from tests.evaluators.hostile import SNOOP_PRELUDE, assert_no_better, forge_frame, remember_prelude
+from tests.evaluators.hostile import (HUGE_REASON, SNOOP_PRELUDE, WRONG_READY_REASON, assert_outcome,
+                                     forge_frame, remember_prelude, huge_reply, wrong_ready)
 
 OPTIONS = {"search_instances": [{"lead_time": 1, "penalty": 4, "demand": "poisson"},
                                 {"lead_time": 2, "penalty": 19, "demand": "poisson"}],
@@ -55,6 +56,7 @@ FORGE_FRAME = forge_frame("policy(state, params)", 'np.zeros(len(state["on_hand"
 SNOOP = SNOOP_PRELUDE + '''
 def policy(state, params):
     _snoop_processes()
+    _snoop_packages()
     _try("project", lambda: os.listdir(PROJECT))
     _try("files", lambda: [p for top in (os.path.dirname(PROJECT), os.path.expanduser("~root"), "/tmp")
                            for p in _walk(top, ("inventory", "seed"))])
@@ -90,21 +92,16 @@ def honest(evaluator):
     return scores
 
 
-def _no_better(result, honest_score):
-    assert_no_better(result, honest_score, 1e-12)
-
 
 @pytest.mark.parametrize("name, code", [("patch scoring", PATCH_SCORING), ("patch numpy", PATCH_NUMPY)])
 @pytest.mark.parametrize("split", ["search", "heldout"])
 def test_patching_the_candidate_process_changes_nothing_trusted(evaluator, honest, name, code, split):
-    result = evaluator.evaluate(name, code, split)
-    _no_better(result, honest[split])
+    assert_outcome(evaluator.evaluate(name, code, split), Status.OK, score=honest[split])
 
 
 def test_forged_frames_are_rejected(evaluator, honest):
     result = evaluator.evaluate("forge", FORGE_FRAME, "search")
-    _no_better(result, honest["search"])
-    assert result.status == Status.INVALID and "action array" in result.error
+    assert_outcome(result, Status.INVALID, "malformed reply from the program: the reply has 4 fields")
 
 
 def test_heldout_data_and_project_are_out_of_reach(evaluator, honest, monkeypatch):
@@ -112,7 +109,7 @@ def test_heldout_data_and_project_are_out_of_reach(evaluator, honest, monkeypatc
     result = evaluator.evaluate("snoop", SNOOP.replace("PROJECT", repr(ROOT)), "heldout")
     assert result.status == Status.FAILED and "snooped:" in result.error
     for leak in ("s3cr3t", "inventory.py", "inventory_dp", "environ:", "memory:", "maps:", "open files:",
-                 "project:", "files:"):
+                 "packages:", "imported ", "project:", "files:"):
         assert leak not in result.error, result.error
 
 
@@ -120,8 +117,8 @@ def test_nothing_written_in_one_evaluation_is_seen_by_the_next(evaluator, honest
     code = REMEMBER.replace("PROJECT", repr(ROOT))
     first = evaluator.evaluate("remember", code, "search")
     second = evaluator.evaluate("remember", code, "search")
-    assert first.status == second.status == Status.OK
-    assert second.score == pytest.approx(first.score) and second.score <= honest["search"] + 1e-12
+    assert_outcome(first, Status.OK, score=honest["search"])
+    assert_outcome(second, Status.OK, score=honest["search"])
     assert not os.path.exists(os.path.join(ROOT, "atoll_note"))
 
 
@@ -134,3 +131,13 @@ def test_bad_orders_get_a_status_or_an_honest_score(evaluator, honest, code, sta
         assert result.score <= honest["search"]  # clipped to max_order: it pays to hold the stock
     else:
         assert needle in result.error and "instance" in result.error
+
+
+ANSWER = ('policy(state, params)', 'np.zeros(len(state["on_hand"]))')
+REPLIES = {"16 MiB reply": (huge_reply(*ANSWER), HUGE_REASON), "wrong ready": (wrong_ready(*ANSWER), WRONG_READY_REASON)}
+
+
+@pytest.mark.parametrize("name", sorted(REPLIES))
+def test_replies_that_could_hurt_the_evaluator_are_invalid(evaluator, name):
+    code, reason = REPLIES[name]
+    assert_outcome(evaluator.evaluate("reply", code, "search"), Status.INVALID, reason)

@@ -15,8 +15,10 @@ import pytest
 from evaluators.sandbox.config import SandboxConfig
 from evaluators.evaluator import Evaluator
 from evaluators.domains.milp.programs import BASELINES
+from evaluators.secrets import RunSecrets
 from store.records import Status
-from tests.evaluators.hostile import SNOOP_PRELUDE, forge_frame, remember_prelude
+from tests.evaluators.hostile import (HUGE_REASON, SNOOP_PRELUDE, WRONG_READY_REASON, assert_outcome,
+                                     forge_frame, remember_prelude, huge_reply, wrong_ready)
 
 OPTIONS = {"search_size": "fast", "heldout_size": "fast", "search_instances": 1, "heldout_instances": 1,
            "search_offset": 2, "heldout_offset": 3, "scip_seeds": 1, "time_limit_s": 20,
@@ -57,6 +59,7 @@ FORGE_FRAME = forge_frame("policy(state, params)", 'np.asarray(state["infeasibil
 SNOOP = SNOOP_PRELUDE + '''
 def policy(state, params):
     _snoop_processes()
+    _snoop_packages()
     _try("instances", lambda: [f for d, _, fs in os.walk(CACHE) for f in fs])
     _try("instance text", lambda: open(LPFILE).read(64))
     _try("project", lambda: os.listdir(PROJECT))
@@ -98,7 +101,8 @@ def cache():
 
 @pytest.fixture(scope="module")
 def evaluator(cache):
-    return Evaluator("milp", OPTIONS, SandboxConfig(wall_s=60, startup_s=10))
+    # replay seed 2024: instances that branch (a drawn secret's small instances are sometimes solved at the root)
+    return Evaluator("milp", OPTIONS, SandboxConfig(wall_s=60, startup_s=10), secrets=RunSecrets.fixed(2024))
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +131,7 @@ def test_patching_the_candidate_process_changes_nothing_trusted(evaluator, hones
 
 def test_forged_frames_are_rejected(evaluator, honest):
     result = evaluator.evaluate("forge", FORGE_FRAME, "search")
-    assert result.status == Status.INVALID and "action array" in result.error
+    assert_outcome(result, Status.INVALID, "malformed reply from the program: the reply has 4 fields")
 
 
 def test_instances_and_the_evaluator_are_out_of_reach(evaluator, honest, cache, monkeypatch):
@@ -136,7 +140,8 @@ def test_instances_and_the_evaluator_are_out_of_reach(evaluator, honest, cache, 
     code = SNOOP.replace("CACHE", repr(cache)).replace("LPFILE", repr(lp)).replace("PROJECT", repr(ROOT))
     result = evaluator.evaluate("snoop", code, "heldout")
     assert result.status == Status.FAILED and "snooped:" in result.error
-    for leak in ("s3cr3t", "environ:", "memory:", "open files:", "instances:", "instance text:", "project:"):
+    for leak in ("s3cr3t", "environ:", "memory:", "open files:", "packages:", "imported ", "instances:",
+                 "instance text:", "project:"):
         assert leak not in result.error, result.error
 
 
@@ -152,3 +157,13 @@ def test_nothing_written_in_one_evaluation_is_seen_by_the_next(evaluator, honest
 def test_unbounded_or_misshapen_scores_are_invalid(evaluator, code, needle):
     result = evaluator.evaluate("bad", code, "search")
     assert result.status == Status.INVALID and needle in result.error
+
+
+ANSWER = ('policy(state, params)', 'np.asarray(state["infeasibility"], dtype=float)')
+REPLIES = {"16 MiB reply": (huge_reply(*ANSWER), HUGE_REASON), "wrong ready": (wrong_ready(*ANSWER), WRONG_READY_REASON)}
+
+
+@pytest.mark.parametrize("name", sorted(REPLIES))
+def test_replies_that_could_hurt_the_evaluator_are_invalid(evaluator, name):
+    code, reason = REPLIES[name]
+    assert_outcome(evaluator.evaluate("reply", code, "search"), Status.INVALID, reason)

@@ -12,7 +12,8 @@ from evaluators.sandbox.config import SandboxConfig
 from evaluators.evaluator import Evaluator
 from evaluators.domains.trading.data import skfolio_data_dir
 from store.records import Status
-from tests.evaluators.hostile import SNOOP_PRELUDE, assert_no_better, forge_frame, remember_prelude
+from tests.evaluators.hostile import (HUGE_REASON, SNOOP_PRELUDE, WRONG_READY_REASON, assert_outcome,
+                                     forge_frame, remember_prelude, huge_reply, wrong_ready)
 
 OPTIONS = {"assets": ["SP500", "KO", "XOM"], "tune_bars": 60, "test_bars": 40, "holdout_bars": 60,
            "max_folds": 3, "tune_trials": 2}
@@ -88,6 +89,7 @@ def policy(state, params):
 SNOOP = SNOOP_PRELUDE + '''
 def policy(state, params):
     _snoop_processes()
+    _snoop_packages()
     _try("project", lambda: os.listdir(PROJECT))
     _try("price files", lambda: os.listdir(DATA))
     _try("skfolio import", lambda: __import__("skfolio.datasets").datasets.load_sp500_index())
@@ -120,19 +122,16 @@ def honest(evaluator):
     return scores
 
 
-def _no_better(result, honest_score):
-    assert_no_better(result, honest_score, 1e-12)
-
 
 @pytest.mark.parametrize("name, code", [("patch scoring", PATCH_SCORING), ("patch numpy", PATCH_NUMPY)])
 @pytest.mark.parametrize("split", ["search", "heldout"])
 def test_patching_the_candidate_process_changes_nothing_trusted(evaluator, honest, name, code, split):
-    _no_better(evaluator.evaluate(name, code, split), honest[split])
+    assert_outcome(evaluator.evaluate(name, code, split), Status.OK, score=honest[split])
 
 
 def test_forged_frames_are_rejected(evaluator, honest):
     result = evaluator.evaluate("forge", FORGE_FRAME, "search")
-    assert result.status == Status.INVALID and "action array" in result.error
+    assert_outcome(result, Status.INVALID, "malformed reply from the program: the reply has 4 fields")
 
 
 @pytest.mark.parametrize("split", ["search", "heldout"])
@@ -158,15 +157,16 @@ def test_the_look_ahead_program_would_win_if_it_could_read_the_file():
 def test_process_parent_project_and_data_are_out_of_reach(evaluator, honest):
     result = evaluator.evaluate("snoop", _fill(SNOOP), "heldout")
     assert result.status == Status.FAILED and "snooped:" in result.error
-    for leak in ("environ:", "memory:", "maps:", "project:", "price files:", "skfolio import:"):
+    for leak in ("environ:", "memory:", "maps:", "project:", "price files:", "skfolio import:", "packages:",
+                 "imported "):
         assert leak not in result.error, result.error
 
 
 def test_nothing_written_in_one_evaluation_is_seen_by_the_next(evaluator, honest):
     first = evaluator.evaluate("remember", _fill(REMEMBER), "search")
     second = evaluator.evaluate("remember", _fill(REMEMBER), "search")
-    assert first.status == second.status == Status.OK
-    assert first.score == pytest.approx(honest["search"]) and second.score == pytest.approx(first.score)
+    assert_outcome(first, Status.OK, score=honest["search"])
+    assert_outcome(second, Status.OK, score=honest["search"])
     assert not os.path.exists(os.path.join(ROOT, "atoll_note")) and not os.path.exists(DATA + "/atoll_note")
 
 
@@ -189,3 +189,13 @@ def test_a_reply_that_is_not_numbers_fails_with_a_reason(evaluator):
 def test_zero_trades_score_zero_with_the_gate(evaluator):
     result = evaluator.evaluate("cash", "def policy(state, params):\n    return 0.0\n", "search")
     assert result.status == Status.OK and result.score == 0.0 and "zero trades" in result.metrics["gate"]
+
+
+ANSWER = ('policy(state, params)', 'np.ones(len(state["close"]))')
+REPLIES = {"16 MiB reply": (huge_reply(*ANSWER), HUGE_REASON), "wrong ready": (wrong_ready(*ANSWER), WRONG_READY_REASON)}
+
+
+@pytest.mark.parametrize("name", sorted(REPLIES))
+def test_replies_that_could_hurt_the_evaluator_are_invalid(evaluator, name):
+    code, reason = REPLIES[name]
+    assert_outcome(evaluator.evaluate("reply", code, "search"), Status.INVALID, reason)

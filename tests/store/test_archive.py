@@ -152,13 +152,13 @@ def test_read_only_opens_apply_no_migration(tmp_path):
     with DuckDBArchive(path) as a:  # make it look like an archive from before migration 2
         a.con.execute("DELETE FROM schema_version WHERE version = 2")
         a.con.execute("DROP VIEW mutator_success")
-    everything = [version for version, _, _ in migrations()]
+    every = [v for v, _, _ in migrations()]
     with DuckDBArchive(path, read_only=True) as a:
-        assert a.schema_versions() == [v for v in everything if v != 2]
+        assert a.schema_versions() == [v for v in every if v != 2]
         with pytest.raises(duckdb.CatalogException):
             a.operator_stats("r1")
     with DuckDBArchive(path) as a:
-        assert a.schema_versions() == everything and a.operator_stats("r1") == {}
+        assert a.schema_versions() == every and a.operator_stats("r1") == {}
 
 
 def test_another_process_reads_the_snapshot_while_the_writer_holds_the_archive(archive, tmp_path):

@@ -12,7 +12,9 @@ evolved programs and baselines), all trials of a round stepped together as extra
 rows. The linear baseline, recognised by its parameter names, is tuned by
 CMA-ES with its own budget (`linear_trials`, meant to equal the run's
 `max_evals`). Score: mean return; the held-out split re-tunes on the search
-seeds and measures on held-out seeds only.
+seeds and measures on held-out seeds only; the validation split tunes and
+scores on seeds of its own, like the search split. Every split's reset seeds
+and the samplers' seeds derive from the run's secrets (`evaluators.secrets`).
 """
 from __future__ import annotations
 
@@ -24,13 +26,12 @@ from typing import Literal
 import gymnasium as gym
 import numpy as np
 import optuna
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from evaluators.domains.control import programs as progs
 from evaluators._base import CandidateError, Domain, Outcome, PolicyFn, check_split
 from evaluators.domains.control.report import heldout_table
 from evaluators.params import ParamSpec
-from evaluators.registry import register
 from evaluators.tuning import EliteSampler, distributions, new_study, sobol_sampler
 from store.records import EvalResult, Status
 
@@ -47,25 +48,15 @@ class ControlConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     env: Literal[ENV_IDS] = Field("LunarLander-v3", description="Pinned gymnasium environment id.")
-    search_seeds: int = Field(20, ge=1, le=1000, description="Episodes (reset seeds) of the search split; PARAMS are tuned on them.")
-    search_seed_start: int = Field(0, ge=0, description="First reset seed of the search split.")
-    heldout_seeds: int = Field(100, ge=1, le=10_000, description="Episodes (reset seeds) of the held-out measurement.")
-    heldout_seed_start: int = Field(1000, ge=0, description="First reset seed of the held-out split; its range must not overlap the search seeds.")
+    search_seeds: int = Field(20, ge=1, le=1000, description="Episodes of the search split (reset seeds drawn from the run's search secret); PARAMS are tuned on them.")
+    validation_seeds: int = Field(10, ge=1, le=1000, description="Episodes of the validation split (reset seeds from the validation secret), tuned on and scored like the search split.")
+    heldout_seeds: int = Field(100, ge=1, le=10_000, description="Episodes of the held-out measurement (reset seeds from the held-out secret).")
     max_steps: int | None = Field(None, ge=1, le=100_000, description="Episode step limit (truncation); None keeps the environment's registered limit.")
     tune_trials: int = Field(12, ge=1, le=10_000, description="Optuna trials per evaluation; the first is the program's PARAMS defaults.")
     tune_batch: int = Field(6, ge=1, le=1000, description="Trials asked at once and stepped together (one round).")
     linear_trials: int = Field(240, ge=1, le=100_000, description="CMA-ES trials of the linear baseline: set it to the run's run.max_evals (the search's budget).")
     linear_bound: float | None = Field(None, gt=0, le=1000, description="Weights and biases of the linear baseline range over [-bound, bound]; None: the environment's default (LINEAR_BOUND).")
-    tune_seed: int = Field(0, ge=0, description="Seed of the tuning samplers.")
 
-    @model_validator(mode="after")
-    def _splits_disjoint(self):
-        search = range(self.search_seed_start, self.search_seed_start + self.search_seeds)
-        held = range(self.heldout_seed_start, self.heldout_seed_start + self.heldout_seeds)
-        if search.start < held.stop and held.start < search.stop:
-            raise ValueError("the held-out seeds overlap the search seeds; move heldout_seed_start past "
-                             f"{search.stop - 1}")
-        return self
 
 
 @dataclass(frozen=True)
@@ -201,24 +192,25 @@ class Tuner:
         spec = runner.spec
         self.linear = set(progs.linear_names(spec.obs_dim, spec.actions, spec.discrete))
 
-    def tune(self, policy: PolicyFn, params: dict[str, ParamSpec], seeds) -> Tuned:
+    def tune(self, policy: PolicyFn, params: dict[str, ParamSpec], seeds, sampler_seed: int) -> Tuned:
+        """Tune on the episodes of reset `seeds`; `sampler_seed` seeds the samplers (from the run's secret)."""
         if not params:
             return Tuned({}, self.runner.run(policy, seeds, {}), 1)
         if set(params) == self.linear:
-            return self._cma(policy, params, seeds)
+            return self._cma(policy, params, seeds, sampler_seed)
         cfg = self.config
-        study = new_study(params, sobol_sampler(cfg.tune_seed))
+        study = new_study(params, sobol_sampler(sampler_seed))
         best = None
         for start in range(0, cfg.tune_trials, cfg.tune_batch):
             best = self._round(policy, params, seeds, study, min(cfg.tune_batch, cfg.tune_trials - start), best)
-            study.sampler = EliteSampler(seed=cfg.tune_seed)
+            study.sampler = EliteSampler(seed=sampler_seed)
         return Tuned(best.values, best.episodes, cfg.tune_trials)
 
-    def _cma(self, policy, params, seeds) -> Tuned:
+    def _cma(self, policy, params, seeds, sampler_seed: int) -> Tuned:
         """CMA-ES on the linear weights: the defaults first (so it knows the space), then generations."""
         cfg = self.config
         popsize = 4 + int(3 * math.log(len(params)))
-        sampler = optuna.samplers.CmaEsSampler(seed=cfg.tune_seed, popsize=popsize, warn_independent_sampling=False)
+        sampler = optuna.samplers.CmaEsSampler(seed=sampler_seed, popsize=popsize, warn_independent_sampling=False)
         study = new_study(params, sampler)
         best, done = self._round(policy, params, seeds, study, 1, None), 1
         while done < cfg.linear_trials:
@@ -250,7 +242,6 @@ _PROGRAMS = {  # env -> (seed program, simple rule name and text, motifs, built-
 }
 
 
-@register
 class Control(Domain):
     """Gymnasium control: mean return of `act(obs, params)` over seeded episodes."""
 
@@ -293,16 +284,24 @@ class Control(Domain):
         return tuple(os.path.dirname(m.__file__) for m in (gym, Box2D))
 
     def seeds(self, split: str) -> np.ndarray:
-        cfg = self.config
-        if check_split(split) == "search":
-            return np.arange(cfg.search_seed_start, cfg.search_seed_start + cfg.search_seeds)
-        return np.arange(cfg.heldout_seed_start, cfg.heldout_seed_start + cfg.heldout_seeds)
+        """The reset seeds of `split`: distinct draws below 2**31 from the run's secret of that split.
+
+        The same for every program of a run (common random numbers); unknown to the
+        candidate, which could otherwise recognise an episode by its first observation.
+        """
+        count = {"search": self.config.search_seeds, "validation": self.config.validation_seeds,
+                 "heldout": self.config.heldout_seeds}[check_split(split)]
+        rng, seeds = self.secrets.generator(split, "reset"), []
+        while len(seeds) < count:
+            seeds = list(dict.fromkeys(seeds + [int(s) for s in rng.integers(0, 2 ** 31, size=count - len(seeds))]))
+        return np.asarray(seeds, dtype=np.int64)
 
     def evaluate(self, policy: PolicyFn, params: dict[str, ParamSpec], split: str) -> Outcome:
         if check_split(split) == "heldout" and not params:  # nothing to tune: measure only
             episodes = self.runner.run(policy, self.seeds("heldout"), {})
             return self._outcome(episodes, Tuned({}, episodes, 1), params)
-        tuned = self.tuner.tune(policy, params, self.seeds("search"))
+        tune_on = "validation" if split == "validation" else "search"  # held-out re-tunes on the search seeds
+        tuned = self.tuner.tune(policy, params, self.seeds(tune_on), self.secrets.seed(tune_on, "tuner", bits=32))
         episodes = tuned.episodes
         if split == "heldout":
             seeds = self.seeds("heldout")
@@ -337,9 +336,8 @@ class Control(Domain):
                        tuned_params=clipped)
 
     def reference(self, split: str) -> dict:
-        seeds = self.seeds(split)
         return {"env": self.spec.env_id, "solved_threshold": SOLVED[self.spec.env_id],
-                "seeds": [int(seeds[0]), int(seeds[-1])], "max_steps": self.spec.max_steps,
+                "episodes": len(self.seeds(split)), "max_steps": self.spec.max_steps,
                 "linear_bound": self.linear_bound}
 
     def heldout_table(self, results: dict[str, EvalResult], reference: dict):

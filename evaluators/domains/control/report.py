@@ -30,14 +30,12 @@ def _row(label: str, result: EvalResult) -> tuple[str, ...]:
 
 
 def _notes(config, results: dict, reference: dict) -> list[str]:
-    first, last = reference.get("seeds", [config.heldout_seed_start,
-                                          config.heldout_seed_start + config.heldout_seeds - 1])
     threshold = reference.get("solved_threshold")
     notes = [
-        f"{config.env}: {config.heldout_seeds} held-out episodes (reset seeds {first}-{last}), "
-        f"step limit {reference.get('max_steps', 'default')}. Every program's PARAMS were first re-tuned "
-        f"on the {config.search_seeds} search seeds ({config.search_seed_start}-"
-        f"{config.search_seed_start + config.search_seeds - 1}): {config.tune_trials} optuna trials "
+        f"{config.env}: {reference.get('episodes', config.heldout_seeds)} held-out episodes (reset seeds drawn "
+        f"from the run's held-out secret), step limit {reference.get('max_steps', 'default')}. Every program's "
+        f"PARAMS were first re-tuned on the {config.search_seeds} search episodes (seeds of the search secret): "
+        f"{config.tune_trials} optuna trials "
         "(defaults, Sobol, then elite local search), then measured once on the held-out seeds.",
         f"linear (CMA-ES): {config.linear_trials} CMA-ES trials on the search seeds (the run's evaluation "
         "budget when linear_trials = run.max_evals), weights in "
@@ -48,7 +46,7 @@ def _notes(config, results: dict, reference: dict) -> list[str]:
     ]
     if config.env == "LunarLander-v3":
         notes.append("gymnasium heuristic: gymnasium.envs.box2d.lunar_lander.heuristic, vectorized "
-                     "(known figure about 233 on seeds 1000-1099).")
+                     "(known figure about 233 on the public seeds 1000-1099).")
     trials = reference.get("trials")
     if trials and "evolved best" in results:
         notes.append(f"evolved best: the best of {trials.get('count', '?')} programs by search score "

@@ -4,25 +4,25 @@ Each period, per row (one trajectory of one tuning trial): the order placed L
 periods ago arrives, the policy orders (seeing on-hand stock and the L orders in
 the pipeline, oldest first), demand is drawn, unmet demand is lost at `penalty`
 per unit and stock left over costs `holding` per unit. This timing reproduces
-Zipkin's (2008) figures (see `inventory_dp`). Every policy sees the same demand
-matrix on an instance and seed (common random numbers), and one policy call per
-period carries every instance at once (one batch each).
+Zipkin's (2008) figures (see `inventory_dp`). Every policy of a run sees the
+same demand matrix on an instance (common random numbers), drawn from the run's
+secret (`evaluators.secrets`), so no candidate can regenerate it; one policy call
+per period carries every instance at once (one batch each).
 
 A program is a policy class: its PARAMS are tuned by optuna on each instance's
-search seeds, and it is scored against base-stock with S searched exhaustively
-by the trusted side on the same data. The held-out split re-tunes on other
-instances (seen only through their own search seeds) and measures on fresh
-seeds with a longer horizon.
+tuning trajectories, and it is scored against base-stock with S searched
+exhaustively by the trusted side on the same data. The validation split does
+the same on trajectories of the validation secret. The held-out split re-tunes
+on other instances (on tuning trajectories of the held-out secret) and measures
+on fresh trajectories with a longer horizon.
 """
 from __future__ import annotations
 
 import math
-import zlib
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-import optuna
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from evaluators.domains.inventory import dp as inventory_dp
@@ -30,7 +30,6 @@ from evaluators.domains.inventory import report
 from evaluators.domains.inventory.programs import BASELINES, MOTIFS, SEED_PROGRAM
 from evaluators._base import CandidateError, Domain, Outcome, PolicyFn, check_split
 from evaluators.params import ParamSpec
-from evaluators.registry import register
 from evaluators.tuning import EliteSampler, distributions, new_study, sobol_sampler
 from store.records import EvalResult, Status
 
@@ -69,22 +68,26 @@ class InventoryConfig(BaseModel):
                                  InstanceSpec(lead_time=3, penalty=39, demand="geometric"),
                                  InstanceSpec(lead_time=6, penalty=9, demand="geometric")],
         min_length=1, description="Instances of the held-out split; none of them should be a search instance.")
-    search_periods: int = Field(250, ge=10, le=100_000, description="Measured periods per search trajectory (after warm-up); also the tuning horizon of held-out instances.")
+    validation_instances: list[InstanceSpec] | None = Field(
+        None, description="Instances of the validation split (scored like the search split, on demand drawn from "
+                          "the run's validation secret); None: the search instances, on fresh demand.")
+    search_periods: int = Field(250, ge=10, le=100_000, description="Measured periods per search (and validation) trajectory (after warm-up); also the tuning horizon of held-out instances.")
     heldout_periods: int = Field(2000, ge=10, le=1_000_000, description="Measured periods per held-out trajectory (after warm-up).")
     warmup: int = Field(200, ge=0, le=100_000, description="Periods simulated before costs are counted, from an empty system.")
-    search_trajectories: int = Field(8, ge=1, le=1000, description="Demand trajectories per instance for tuning and the search score.")
+    search_trajectories: int = Field(8, ge=1, le=1000, description="Demand trajectories per instance for tuning and the search score (also the tuning data of held-out instances).")
+    validation_trajectories: int = Field(4, ge=1, le=1000, description="Demand trajectories per instance of the validation split (tuned on and scored, like the search split).")
     heldout_trajectories: int = Field(16, ge=1, le=10_000, description="Fresh demand trajectories per instance for the held-out measurement.")
     tune_trials: int = Field(32, ge=1, le=10_000, description="Optuna trials per instance; the first is the program's PARAMS defaults.")
     tune_batch: int = Field(16, ge=1, le=1000, description="Trials asked at once and simulated together (one round).")
     max_order: int = Field(100, ge=1, le=100_000, description="Orders are rounded to integers and clipped to this.")
-    search_seed: int = Field(0, ge=0, description="Seed of every search-seed demand stream (tuning data).")
-    heldout_seed: int = Field(1, ge=0, description="Seed of the held-out measurement streams; must differ from search_seed.")
     dp_max_lead: int = Field(3, ge=0, le=inventory_dp.MAX_LEAD, description="Largest lead time for which the exact DP optimum is computed for reports (0: none).")
 
     @model_validator(mode="after")
-    def _seeds_differ(self):
-        if self.heldout_seed == self.search_seed:
-            raise ValueError("heldout_seed must differ from search_seed, or held-out data would repeat the search data")
+    def _validation_apart_from_heldout(self):
+        shared = {s.key for s in self.validation_instances or ()} & {s.key for s in self.heldout_instances}
+        if shared:
+            raise ValueError(f"validation_instances {sorted(shared)} are held-out instances; the validation split "
+                             "is selected on again and again, so it must not be the held-out split")
         return self
 
 
@@ -110,10 +113,9 @@ class Block:
     params: dict[str, np.ndarray]  # name -> (rows,)
 
 
-def demand_matrix(spec: InstanceSpec, mean: float, seed: int, trajectories: int, periods: int) -> np.ndarray:
-    """The demand of every trajectory of `spec` for `seed`: the same for every policy."""
-    stream = np.random.SeedSequence(seed, spawn_key=(zlib.crc32(spec.key.encode()),))
-    rng = np.random.default_rng(stream)
+def demand_matrix(spec: InstanceSpec, mean: float, rng: np.random.Generator, trajectories: int,
+                  periods: int) -> np.ndarray:
+    """The demand of every trajectory of `spec` drawn from `rng` (a stream of the run's secret)."""
     if spec.demand == "poisson":
         return rng.poisson(mean, size=(trajectories, periods))
     return rng.geometric(1.0 / (1.0 + mean), size=(trajectories, periods)) - 1
@@ -227,12 +229,13 @@ class Tuner:
     def __init__(self, config: InventoryConfig, simulator: Simulator):
         self.config, self.simulator = config, simulator
 
-    def tune(self, policy: PolicyFn, params: dict[str, ParamSpec], specs, demands) -> list[Tuned]:
+    def tune(self, policy: PolicyFn, params: dict[str, ParamSpec], specs, demands, seeds) -> list[Tuned]:
+        """Tune on each instance's `demands`; `seeds` are its samplers' seeds (from the run's secret)."""
         cfg = self.config
         if not params:
             blocks = [Block(s, d, {}) for s, d in zip(specs, demands)]
             return [Tuned({}, st) for st in self.simulator.run(policy, blocks, cfg.warmup)]
-        studies = [self._study(spec, params) for spec in specs]
+        studies = [new_study(params, sobol_sampler(seed)) for seed in seeds]
         dists = distributions(params)
         best: list[Tuned | None] = [None] * len(specs)
         for start in range(0, cfg.tune_trials, cfg.tune_batch):
@@ -242,20 +245,10 @@ class Tuner:
             results = self.simulator.run(policy, blocks, cfg.warmup)
             for i, (study, ts, st) in enumerate(zip(studies, trials, results)):
                 best[i] = self._tell(study, ts, st, best[i], len(demands[i]))
-            if start == 0:
-                for study, spec in zip(studies, specs):
-                    study.sampler = self._later_sampler(spec)
+            if start == 0:  # the first round: the defaults, then a scrambled Sobol design
+                for study, seed in zip(studies, seeds):
+                    study.sampler = EliteSampler(seed=seed)
         return best
-
-    def _seed(self, spec: InstanceSpec) -> int:
-        return (self.config.search_seed * 1_000_003 + zlib.crc32(spec.key.encode())) % 2 ** 32
-
-    def _study(self, spec: InstanceSpec, params: dict[str, ParamSpec]) -> optuna.Study:
-        """The first round: the defaults, then a scrambled Sobol design over the ranges."""
-        return new_study(params, sobol_sampler(self._seed(spec)))
-
-    def _later_sampler(self, spec: InstanceSpec) -> optuna.samplers.BaseSampler:
-        return EliteSampler(seed=self._seed(spec))
 
     @staticmethod
     def _block(spec, demand, trials, params) -> Block:
@@ -274,7 +267,6 @@ class Tuner:
         return best
 
 
-@register
 class Inventory(Domain):
     """Lost-sales inventory with lead time on the Zipkin grid."""
 
@@ -298,29 +290,42 @@ class Inventory(Domain):
         return list(MOTIFS)
 
     # -- data -------------------------------------------------------------------------------
+    # Every stream derives from the run's secret of the split it serves, keyed by what it is
+    # for and by the instance: the same for every policy of a run (common random numbers),
+    # unknown to the candidate. A held-out instance's tuning data come from the held-out
+    # secret too, so nothing about the held-out split follows from the search secret.
 
-    def tuning_demand(self, spec: InstanceSpec) -> np.ndarray:
+    def tuning_demand(self, spec: InstanceSpec, split: str = "search") -> np.ndarray:
+        """The data `spec`'s PARAMS are tuned on (and, on search and validation, scored on)."""
         cfg = self.config
-        return demand_matrix(spec, cfg.mean_demand, cfg.search_seed, cfg.search_trajectories,
-                             cfg.warmup + cfg.search_periods)
+        rows = cfg.validation_trajectories if split == "validation" else cfg.search_trajectories
+        rng = self.secrets.generator(split, "demand", "tune", spec.key)
+        return demand_matrix(spec, cfg.mean_demand, rng, rows, cfg.warmup + cfg.search_periods)
 
     def heldout_demand(self, spec: InstanceSpec) -> np.ndarray:
+        """Fresh trajectories of a held-out instance, for the held-out measurement only."""
         cfg = self.config
-        return demand_matrix(spec, cfg.mean_demand, cfg.heldout_seed, cfg.heldout_trajectories,
-                             cfg.warmup + cfg.heldout_periods)
+        rng = self.secrets.generator("heldout", "demand", "measure", spec.key)
+        return demand_matrix(spec, cfg.mean_demand, rng, cfg.heldout_trajectories, cfg.warmup + cfg.heldout_periods)
+
+    def tuner_seed(self, spec: InstanceSpec, split: str) -> int:
+        return self.secrets.seed(split, "tuner", spec.key, bits=32)
 
     def instances(self, split: str) -> list[InstanceSpec]:
-        return list(self.config.search_instances if split == "search" else self.config.heldout_instances)
+        cfg = self.config
+        if split == "validation":
+            return list(cfg.validation_instances or cfg.search_instances)
+        return list(cfg.search_instances if split == "search" else cfg.heldout_instances)
 
     # -- scoring ----------------------------------------------------------------------------
 
     def evaluate(self, policy: PolicyFn, params: dict[str, ParamSpec], split: str) -> Outcome:
         specs = self.instances(check_split(split))
-        tuning = [self.tuning_demand(s) for s in specs]
         if split == "heldout" and not params:
             tuned = [Tuned({}, None)] * len(specs)
         else:
-            tuned = self.tuner.tune(policy, params, specs, tuning)
+            tuning = [self.tuning_demand(s, split) for s in specs]
+            tuned = self.tuner.tune(policy, params, specs, tuning, [self.tuner_seed(s, split) for s in specs])
         if split == "heldout":
             blocks = [Block(s, self.heldout_demand(s), self._fixed(t.values, self.config.heldout_trajectories))
                       for s, t in zip(specs, tuned)]
@@ -340,8 +345,8 @@ class Inventory(Domain):
         """
         if split not in self._base_stock:
             specs = self.instances(split)
-            levels = [self._best_level(s, self.tuning_demand(s)) for s in specs]
-            if split == "search":
+            levels = [self._best_level(s, self.tuning_demand(s, split)) for s in specs]
+            if split != "heldout":
                 self._base_stock[split] = [{"level": lv, "costs": c} for lv, c in levels]
             else:
                 blocks = [Block(s, self.heldout_demand(s), self._fixed({"level": lv}, self.config.heldout_trajectories))

@@ -69,7 +69,7 @@ def _notes(cfg, keys, with_dp, reference) -> list[str]:
     without = [k for k in keys if k not in with_dp]
     return [
         f"Held-out instances: {', '.join(keys)}; mean demand {cfg.mean_demand:g}, holding {cfg.holding:g}. "
-        f"Each program is re-tuned on every instance's search seeds ({cfg.tune_trials} optuna trials), "
+        f"Each program is re-tuned on every instance's own tuning trajectories ({cfg.search_trajectories} x {cfg.search_periods} periods, {cfg.tune_trials} optuna trials), "
         f"then measured on {cfg.heldout_trajectories} fresh trajectories of {cfg.heldout_periods} periods "
         f"after {cfg.warmup} warm-up periods, with the same demand for every policy.",
         "mean cost: the mean over instances of the per-period cost; ± is its standard error over trajectories.",

@@ -13,15 +13,17 @@ default rule (relpscost) on the same runs; unsolved runs count at the time
 limit. The default's runs are measured by this domain object, in the same
 process, so load conditions match: on the search split once (lazily, after the
 first program's runs, kept in memory); on the held-out split each run is by
-default re-solved with SCIP's default right after the program's run. Held-out instances (other instance seeds,
-optionally another size) are generated only inside held-out evaluations and
-reference measurements.
+default re-solved with SCIP's default right after the program's run. Held-out instances (optionally
+of another size) are generated only inside held-out evaluations and reference
+measurements. Instance generator seeds and SCIP seed shifts derive from the
+run's secrets (`evaluators.secrets`), one per split: a candidate cannot
+regenerate its instances, and every program of a run meets the same ones. The
+validation split scores like the search split on instances of its own.
 """
 from __future__ import annotations
 
 import math
-import zlib
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 import optuna
@@ -33,11 +35,19 @@ from evaluators._base import Domain, Outcome, PolicyFn, check_split
 from evaluators.domains.milp.programs import BASELINES, MOTIFS, SEED_PROGRAM
 from evaluators.domains.milp.scip import BUILTIN_RULES, SolveRecord, solve
 from evaluators.params import ParamSpec
-from evaluators.registry import register
 from evaluators.tuning import distributions, new_study
 from store.records import EvalResult
 
 NODE_SHIFT = 10.0
+
+
+class Run(NamedTuple):
+    """One solve of a split: an instance (label, .lp path) with its k-th SCIP seed (`shift`, secret)."""
+
+    label: str
+    path: str
+    scip_seed: int  # k: which of the instance's SCIP seeds (what reports show)
+    shift: int  # randomization/randomseedshift of that seed, drawn from the run's secret
 
 
 class MilpConfig(BaseModel):
@@ -51,15 +61,17 @@ class MilpConfig(BaseModel):
                                                   "(see milp_instances.SIZES).")
     heldout_size: str = Field("small", description="Size of held-out instances; a larger one tests transfer.")
     search_instances: int = Field(3, ge=1, le=1000, description="Instances in the search split.")
+    validation_instances: int = Field(2, ge=1, le=1000, description="Instances in the validation split (size "
+                                                                   "search_size, scored like the search split).")
     heldout_instances: int = Field(5, ge=1, le=1000, description="Instances in the held-out split.")
-    search_seed: int = Field(0, ge=0, le=20_000, description="Seed of the search instances' generator streams.")
-    heldout_seed: int = Field(1, ge=0, le=20_000, description="Seed of the held-out instances' streams; must differ "
-                                                              "from search_seed.")
-    search_offset: int = Field(0, ge=0, le=99_000, description="Index of the first search instance in its stream "
-                                                               "(to pick other instances of the same stream).")
+    search_offset: int = Field(0, ge=0, le=99_000, description="Index of the first search instance in the search "
+                                                               "split's stream of instances (the stream itself is "
+                                                               "secret; this only picks other instances of it).")
+    validation_offset: int = Field(0, ge=0, le=99_000, description="Index of the first validation instance in its "
+                                                                   "stream.")
     heldout_offset: int = Field(0, ge=0, le=99_000, description="Index of the first held-out instance in its stream.")
-    scip_seeds: int = Field(2, ge=1, le=100, description="SCIP seeds (randomization/randomseedshift 0..n-1) per "
-                                                        "instance.")
+    scip_seeds: int = Field(2, ge=1, le=100, description="SCIP seeds per instance (each run's "
+                                                        "randomization/randomseedshift drawn from the run's secret).")
     time_limit_s: float = Field(20.0, gt=0, le=3600, description="SCIP time limit per solve; unsolved runs count "
                                                                 "at this time.")
     clock: Literal["cpu", "wall"] = Field(
@@ -85,9 +97,6 @@ class MilpConfig(BaseModel):
             if getattr(self, field) not in sizes:
                 raise ValueError(f"{field} {getattr(self, field)!r} is not a size of {self.family}; "
                                  f"choose one of {', '.join(sizes)}")
-        if self.heldout_seed == self.search_seed:
-            raise ValueError("heldout_seed must differ from search_seed, or held-out instances would repeat "
-                             "search instances")
         return self
 
 
@@ -97,7 +106,6 @@ def sgm(values, shift: float) -> float:
     return float(np.exp(np.mean(np.log(v + shift))) - shift)
 
 
-@register
 class Milp(Domain):
     """Branching-variable selection in SCIP on one generated instance family."""
 
@@ -122,31 +130,37 @@ class Milp(Domain):
         return (str(milp_instances.cache_dir()),)
 
     # -- data -------------------------------------------------------------------------------
+    # An instance is a pure function of its generator seed, and each split's seeds derive from
+    # the run's secret of that split (common to every program of the run, unknown to them),
+    # as do the SCIP seed shifts. Labels name the split and index, never the seed.
+
+    def _size(self, split: str) -> str:
+        return self.config.heldout_size if split == "heldout" else self.config.search_size
 
     def labels(self, split: str) -> list[tuple[str, int]]:
         """(label, generator seed) of each instance of `split`; nothing is generated."""
-        cfg = self.config
-        seed, size, first, count = (
-            (cfg.search_seed, cfg.search_size, cfg.search_offset, cfg.search_instances) if split == "search"
-            else (cfg.heldout_seed, cfg.heldout_size, cfg.heldout_offset, cfg.heldout_instances))
-        seeds = [seed * 100_000 + k for k in range(first, first + count)]
-        return [(f"{cfg.family}-{size}-{s}", s) for s in seeds]
+        cfg, size = self.config, self._size(split)
+        first, count = {"search": (cfg.search_offset, cfg.search_instances),
+                        "validation": (cfg.validation_offset, cfg.validation_instances),
+                        "heldout": (cfg.heldout_offset, cfg.heldout_instances)}[split]
+        return [(f"{cfg.family}-{size}-{split}-{k}", self.secrets.seed(split, "instance", cfg.family, size, k, bits=63))
+                for k in range(first, first + count)]
 
     def instances(self, split: str) -> list[tuple[str, str]]:
         """(label, .lp path) of each instance of `split`, generated here on first use."""
-        size = self.config.search_size if split == "search" else self.config.heldout_size
-        return [(label, str(milp_instances.instance_path(self.config.family, size, s)))
+        return [(label, str(milp_instances.instance_path(self.config.family, self._size(split), s)))
                 for label, s in self.labels(split)]
 
-    def runs(self, split: str) -> list[tuple[str, str, int]]:
-        return [(label, path, s) for label, path in self.instances(split) for s in range(self.config.scip_seeds)]
+    def runs(self, split: str) -> list[Run]:
+        return [Run(label, path, k, self.secrets.seed(split, "scip", label, k, bits=30))
+                for label, path in self.instances(split) for k in range(self.config.scip_seeds)]
 
     def builtin(self, rule: str, split: str) -> list[SolveRecord]:
         """A SCIP built-in rule's runs on `split`, measured once per domain object."""
         if (rule, split) not in self._builtin:
-            self._builtin[(rule, split)] = [solve(path, s, self.config.time_limit_s, builtin=BUILTIN_RULES[rule],
-                                                  clock=self.config.clock)
-                                            for _, path, s in self.runs(split)]
+            self._builtin[(rule, split)] = [solve(run.path, run.shift, self.config.time_limit_s,
+                                                  builtin=BUILTIN_RULES[rule], clock=self.config.clock)
+                                            for run in self.runs(split)]
         return self._builtin[(rule, split)]
 
     # -- scoring ----------------------------------------------------------------------------
@@ -154,8 +168,9 @@ class Milp(Domain):
     def evaluate(self, policy: PolicyFn, params: dict[str, ParamSpec], split: str) -> Outcome:
         runs = self.runs(check_split(split))
         values = {n: p.default for n, p in params.items()}
-        paired = (self.config.search_default if split == "search" else self.config.heldout_default) == "paired"
-        if split == "search" and params and self.config.tune_trials > 0:
+        searchlike = split != "heldout"  # validation: the search protocol on its own instances
+        paired = (self.config.search_default if searchlike else self.config.heldout_default) == "paired"
+        if searchlike and params and self.config.tune_trials > 0:
             values, records = self._tune(policy, params, runs, split)
         elif paired:
             return self._outcome(runs, *self._solve_paired(policy, values, runs), values)
@@ -168,18 +183,18 @@ class Milp(Domain):
     def _solve_paired(self, policy, values, runs) -> tuple[list[SolveRecord], list[SolveRecord]]:
         """Each run with the program, then at once with SCIP default: both under the same load."""
         limit, clock, records, default = self.config.time_limit_s, self.config.clock, [], []
-        for _, path, s in runs:
-            records.append(solve(path, s, limit, policy=policy, params=values, clock=clock))
-            default.append(solve(path, s, limit, clock=clock))
+        for run in runs:
+            records.append(solve(run.path, run.shift, limit, policy=policy, params=values, clock=clock))
+            default.append(solve(run.path, run.shift, limit, clock=clock))
         return records, default
 
     def _solve_all(self, policy, values, runs) -> list[SolveRecord]:
-        return [solve(path, s, self.config.time_limit_s, policy=policy, params=values, clock=self.config.clock)
-                for _, path, s in runs]
+        return [solve(run.path, run.shift, self.config.time_limit_s, policy=policy, params=values,
+                      clock=self.config.clock) for run in runs]
 
     def _tune(self, policy, params, runs, split):
-        """Optuna (TPE, seeded) over PARAMS; the first trial is the written defaults."""
-        seed = (self.config.search_seed * 1_000_003 + zlib.crc32(self.config.family.encode())) % 2 ** 32
+        """Optuna (TPE, seeded from the split's secret) over PARAMS; the first trial is the written defaults."""
+        seed = self.secrets.seed(split, "tuner", self.config.family, bits=32)
         study = new_study(params, optuna.samplers.TPESampler(seed=seed), direction="maximize")
         dists = distributions(params)
         best = None
@@ -201,10 +216,10 @@ class Milp(Domain):
     def _outcome(self, runs, records, default, values) -> Outcome:
         shift = self.config.time_shift_s
         time_ratio, node_ratio = self._ratios(records, default)
-        labels = list(dict.fromkeys(label for label, _, _ in runs))
+        labels = list(dict.fromkeys(run.label for run in runs))
         per_instance = []
         for label in labels:
-            idx = [i for i, run in enumerate(runs) if run[0] == label]
+            idx = [i for i, run in enumerate(runs) if run.label == label]
             per_instance.append(-self._ratios([records[i] for i in idx], [default[i] for i in idx])[0])
         total_time = sum(r.time_s for r in records)
         calls = sum(r.calls for r in records)

@@ -15,10 +15,9 @@ NODE_SHIFT = 10.0
 _BOOTSTRAP = 2000
 
 
-def run_row(run: tuple, record, default) -> dict:
-    """One run as plain data: what the table and the archive keep."""
-    label, _, seed = run
-    return {"instance": label, "scip_seed": seed, "time_s": round(record.time_s, 4), "nodes": record.nodes,
+def run_row(run, record, default) -> dict:
+    """One run (a `domain.Run`) as plain data: what the table and the archive keep (never the secret shift)."""
+    return {"instance": run.label, "scip_seed": run.scip_seed, "time_s": round(record.time_s, 4), "nodes": record.nodes,
             "status": record.status, "solved": record.solved, "calls": record.calls,
             "policy_s": round(record.policy_s, 4), "default_time_s": round(default.time_s, 4),
             "default_nodes": default.nodes}

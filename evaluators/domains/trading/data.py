@@ -4,7 +4,15 @@ The real data are the gzip'd CSV files of the skfolio package (BSD-3-Clause),
 read directly with gzip/csv/numpy: skfolio itself is never imported (it pulls
 in pandas and scikit-learn). The synthetic market is a regime-switching
 GARCH(1,1) with jumps and an optional planted edge; with `edge = 0` and
-`drift = 0` it is a null market where nothing can be earned on average.
+`drift = 0` it is a null market where nothing can be earned on average: its
+simple returns are a martingale difference sequence (each bar's mean is zero
+given everything before it), so the book of any positions decided on past bars
+earns zero in expectation, before costs.
+
+A synthetic market is drawn from two seeds that the trading domain derives
+from the run's secrets: one for the bars before its final `tail_bars` (the
+search period) and one for those (the holdout), so knowing one part's stream
+tells nothing about the other.
 """
 from __future__ import annotations
 
@@ -82,8 +90,7 @@ class SyntheticMarket(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     assets: int = Field(6, ge=1, le=100, description="Number of synthetic assets.")
-    bars: int = Field(33 * BARS_PER_YEAR, ge=300, le=200_000, description="Daily bars per asset (252 a year).")
-    seed: int = Field(0, ge=0, description="Seed of the whole market; the same seed gives the same prices.")
+    bars: int = Field(33 * BARS_PER_YEAR, ge=300, le=200_000, description="Daily bars per asset (252 a year). The prices themselves are drawn from the run's secrets: each run meets its own market.")
     edge: float = Field(0.0, ge=0.0, le=1.0, description="Planted edge: the next bar's mean is edge x its volatility x tanh(the standardized 20-bar past return). 0: no predictability.")
     drift: float = Field(0.0, ge=-0.5, le=0.5, description="Annual mean return outside the edge (0 for a null market, where buy & hold earns nothing on average).")
     correlation: float = Field(0.3, ge=0.0, lt=1.0, description="Correlation of shocks across assets (one common factor).")
@@ -98,22 +105,36 @@ _EDGE_WINDOW = 20
 
 
 @functools.lru_cache(maxsize=8)
-def synthetic_market(spec: SyntheticMarket) -> Market:
-    """Prices of `spec` (deterministic in its seed), starting at 100, on business days from 1990."""
-    rng = np.random.default_rng(np.random.SeedSequence(spec.seed))
+def synthetic_market(spec: SyntheticMarket, head_seed: int, tail_seed: int, tail_bars: int) -> Market:
+    """Prices of `spec`, starting at 100, on business days from 1990.
+
+    The random inputs of the first `bars - tail_bars` bars come from `head_seed`,
+    those of the last `tail_bars` from `tail_seed`; the regime chain and the
+    GARCH variance run on across the seam. Deterministic in its arguments.
+    """
     a, n = spec.assets, spec.bars
-    regime = _regimes(rng, n)
-    shocks = _shocks(rng, a, n, spec.correlation)
-    jumps = (rng.random((a, n)) < _JUMP_RATE) * rng.normal(0.0, _JUMP_SCALE, (a, n))
-    r = _garch_returns(regime, shocks, jumps, spec)
+    head, tail = n - tail_bars, tail_bars
+    parts = [_inputs(np.random.default_rng(np.random.SeedSequence(seed)), a, bars, spec.correlation)
+             for seed, bars in ((head_seed, head), (tail_seed, tail))]
+    u, shocks, jumps = (np.concatenate([p[i] for p in parts], axis=-1) for i in range(3))
+    r = _garch_returns(_regimes(u), shocks, jumps, spec)
     close = 100.0 * np.cumprod(1.0 + r, axis=1)
     dates = np.busday_offset(np.datetime64("1990-01-02"), np.arange(n), roll="forward")
     return Market(tuple(f"SYN{i}" for i in range(a)), dates, close)
 
 
-def _regimes(rng, n: int) -> np.ndarray:
-    """A two-state Markov chain shared by all assets (a market-wide regime)."""
-    u, state, out = rng.random(n), 0, np.empty(n, np.int64)
+def _inputs(rng, a: int, n: int, rho: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The independent per-bar random inputs of `n` bars: regime uniforms, shocks, jumps."""
+    u = rng.random(n)
+    shocks = _shocks(rng, a, n, rho)
+    jumps = (rng.random((a, n)) < _JUMP_RATE) * rng.normal(0.0, _JUMP_SCALE, (a, n))
+    return u, shocks, jumps
+
+
+def _regimes(u: np.ndarray) -> np.ndarray:
+    """A two-state Markov chain shared by all assets (a market-wide regime), driven by uniforms `u`."""
+    n = len(u)
+    state, out = 0, np.empty(n, np.int64)
     for t in range(n):
         if u[t] < _REGIME_LEAVE[state]:
             state = 1 - state

@@ -14,9 +14,12 @@ from evaluators.domains.milp.report import head_to_head
 from evaluators.domains.milp.scip import solve
 from evaluators.params import read_params
 from evaluators.registry import get_domain
+from evaluators.secrets import RunSecrets
 from store.records import EvalResult, Status
 
-# Set cover: search instances 1 and 2 of stream 0, held-out instance 3 of stream 1 (all branch), one SCIP seed.
+# Set cover: search instances 1 and 2 and held-out instance 3 of the streams of replay seed 2024 (all of them
+# branch; a drawn secret's small instances are sometimes solved at the root), one SCIP seed.
+FIXED = RunSecrets.fixed(2024)
 TINY = {"search_size": "fast", "heldout_size": "fast", "search_instances": 2, "heldout_instances": 1,
         "search_offset": 1, "heldout_offset": 3, "scip_seeds": 1, "time_limit_s": 20,
         "reference_rules": ["scip default"]}
@@ -44,7 +47,7 @@ def _cache(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def evaluator():
-    return Evaluator("milp", TINY, SandboxConfig(wall_s=60))
+    return Evaluator("milp", TINY, SandboxConfig(wall_s=60), secrets=FIXED)
 
 
 @pytest.mark.parametrize("family", milp_instances.FAMILIES)
@@ -124,16 +127,41 @@ def test_evaluation_reports_per_run_figures_and_a_score_against_scip_default(eva
 
 
 def test_heldout_instances_are_generated_only_by_heldout_evaluations(evaluator, tmp_path):
+    seeds = {split: [s for _, s in evaluator.domain.labels(split)] for split in ("search", "validation", "heldout")}
     evaluator.evaluate("pscost", BASELINES["pscost"], "search")
     made = sorted(p.name for p in (tmp_path / "cache").rglob("*.lp"))
-    assert made and all(name.endswith(("-s1.lp", "-s2.lp")) for name in made), made
+    assert made and all(name.endswith(tuple(f"-s{s}.lp" for s in seeds["search"])) for name in made), made
     evaluator.evaluate("pscost", BASELINES["pscost"], "heldout")
-    assert any(p.name.endswith("-s100003.lp") for p in (tmp_path / "cache").rglob("*.lp"))
+    assert any(p.name.endswith(f"-s{seeds['heldout'][0]}.lp") for p in (tmp_path / "cache").rglob("*.lp"))
+    assert not any(p.name.endswith(f"-s{seeds['validation'][0]}.lp") for p in (tmp_path / "cache").rglob("*.lp"))
+
+
+def test_instances_and_scip_seeds_derive_from_the_run_secrets():
+    domain, twin = get_domain("milp", **TINY, secrets=FIXED), get_domain("milp", **TINY, secrets=FIXED)
+    runs = {split: domain.runs(split) for split in ("search", "validation", "heldout")}
+    assert all(twin.runs(split) == r for split, r in runs.items())  # one run: the same instances
+    seeds = {split: {s for _, s in domain.labels(split)} for split in runs}
+    assert len(set.union(*seeds.values())) == sum(map(len, seeds.values()))  # no instance in two splits
+    assert min(set.union(*seeds.values())) >= 2 ** 32  # no small, guessable generator seed
+    labels = [run.label for run in runs["search"]]
+    assert labels == ["setcover-fast-search-1", "setcover-fast-search-2"]  # labels never carry the seed
+    other = get_domain("milp", **TINY)  # drawn secrets: another run's instances and SCIP seeds
+    assert not {s for _, s in other.labels("search")} & seeds["search"]
+    assert [r.shift for r in other.runs("search")] != [r.shift for r in runs["search"]]
+
+
+def test_validation_scores_like_search_on_instances_of_its_own(evaluator):
+    search = evaluator.evaluate("pscost", BASELINES["pscost"], "search")
+    validation = evaluator.evaluate("pscost", BASELINES["pscost"], "validation")
+    assert validation.status == Status.OK, validation.error
+    assert [r["instance"] for r in validation.metrics["per_run"]] == [f"setcover-fast-validation-{k}" for k in (0, 1)]
+    assert validation.score == pytest.approx(-validation.metrics["time_ratio_to_default"])
+    assert validation.metrics["per_run"] != search.metrics["per_run"]
 
 
 @pytest.mark.parametrize("code", [HANG, HANG_LATER], ids=["first call", "after some calls"])
 def test_a_hanging_rule_is_killed_by_the_wall_limit(code):
-    evaluator = Evaluator("milp", TINY, SandboxConfig(wall_s=4, startup_s=10))
+    evaluator = Evaluator("milp", TINY, SandboxConfig(wall_s=4, startup_s=10), secrets=FIXED)
     result = evaluator.evaluate("hang", code, "search")
     assert result.status == Status.TIMEOUT and "wall-clock limit of 4 s" in result.error
     assert result.duration_s < 30
@@ -153,7 +181,7 @@ def test_a_raising_rule_fails_with_its_error(evaluator):
 
 
 def test_tuning_starts_from_the_defaults_and_stays_in_range():
-    domain = get_domain("milp", **dict(TINY, search_instances=1, tune_trials=2))
+    domain = get_domain("milp", **dict(TINY, search_instances=1, tune_trials=2), secrets=FIXED)
     seed = domain.seed_program
     params = read_params(seed)
     outcome = domain.evaluate(in_process(seed), params, "search")
@@ -161,11 +189,11 @@ def test_tuning_starts_from_the_defaults_and_stays_in_range():
     assert all(params[n].low <= v <= params[n].high for n, v in outcome.tuned_params.items())
 
 
-def test_config_names_bad_sizes_and_equal_seeds():
+def test_config_names_bad_sizes_and_has_no_public_seed():
     with pytest.raises(pydantic.ValidationError, match="huge"):
         get_domain("milp", search_size="huge")
     with pytest.raises(pydantic.ValidationError, match="heldout_seed"):
-        get_domain("milp", search_seed=3, heldout_seed=3)
+        get_domain("milp", heldout_seed=1)
 
 
 def test_the_instance_cache_is_hidden_from_candidates():

@@ -13,7 +13,10 @@ from evaluators.registry import get_domain
 from evaluators.domains.trading.data import (SyntheticMarket, edge_feature, load_sp500, read_price_csv,
                                      skfolio_data_dir, synthetic_market)
 from evaluators.domains.trading import stats as ts
+from evaluators.secrets import RunSecrets
 from store.records import Status
+
+FIXED = RunSecrets.fixed(2024)  # where a test needs the same data every time
 
 TINY = {"assets": ["SP500", "KO"], "tune_bars": 60, "test_bars": 40, "holdout_bars": 60, "max_folds": 2,
         "tune_trials": 3}
@@ -50,11 +53,16 @@ def test_unknown_asset_is_a_clear_error():
         load_sp500(("NOPE",))
 
 
-def test_synthetic_market_is_deterministic_by_seed():
-    a = synthetic_market(SyntheticMarket(assets=3, bars=2000, seed=5, edge=0.05))
-    b = synthetic_market(SyntheticMarket(assets=3, bars=2000, seed=5, edge=0.05).model_copy())
-    c = synthetic_market(SyntheticMarket(assets=3, bars=2000, seed=6, edge=0.05))
+def test_synthetic_market_is_deterministic_by_its_seeds_and_the_holdout_has_its_own():
+    spec = SyntheticMarket(assets=3, bars=2000, edge=0.05)
+    a = synthetic_market(spec, 5, 7, 300)
+    b = synthetic_market(spec.model_copy(), 5, 7, 300)
+    c = synthetic_market(spec, 6, 7, 300)
+    other_tail = synthetic_market(spec, 5, 8, 300)
     assert np.array_equal(a.close, b.close) and not np.allclose(a.close, c.close)
+    # the tail (the holdout) comes from its own seed: the bars before it do not change with it
+    assert np.array_equal(a.close[:, :1700], other_tail.close[:, :1700])
+    assert not np.allclose(a.close[:, 1700:], other_tail.close[:, 1700:])
     r = a.returns()[:, 1:]
     assert np.all(np.isfinite(a.close)) and np.all(a.close > 0)
     vol = np.abs(r[:, 1:]) > 0
@@ -66,7 +74,7 @@ def test_synthetic_market_is_deterministic_by_seed():
 
 def _edge_t_stat(edge):
     """t-statistic of the planted feature at bar t against the return of bar t + 2 (next-bar fills)."""
-    market = synthetic_market(SyntheticMarket(assets=4, bars=20000, seed=11, edge=edge))
+    market = synthetic_market(SyntheticMarket(assets=4, bars=20000, edge=edge), 11, 12, 0)
     feature, r = edge_feature(market.close)[:, 30:-2], market.returns()[:, 32:]
     x, y = np.sign(feature).ravel(), (r / r.std(axis=1, keepdims=True)).ravel()
     return float(np.mean(x * y) / np.std(x * y) * math.sqrt(len(y)))
@@ -81,7 +89,8 @@ def test_through_the_protocol_momentum_earns_on_the_edge_market_only():
     mom = "import numpy as np\n\ndef policy(state, params):\n    c = state['close']\n    return np.sign(c[:, -1] - c[:, -21])\n"
     scores = {}
     for edge, drift in ((0.08, 0.05), (0.0, 0.0)):
-        domain = get_domain("trading", market="synthetic", synthetic={"assets": 3, "edge": edge, "drift": drift})
+        domain = get_domain("trading", market="synthetic", synthetic={"assets": 3, "edge": edge, "drift": drift},
+                            secrets=FIXED)
         scores[edge] = domain.evaluate(in_process(mom), {}, "search").score
     assert scores[0.08] > 0.7 and abs(scores[0.0]) < 0.5
 
@@ -153,7 +162,7 @@ def test_nan_and_out_of_range_positions_are_invalid_with_a_reason():
 
 
 def test_same_program_twice_gives_the_same_result_and_tuning_uses_the_trials():
-    domain = get_domain("trading", **TINY)
+    domain = get_domain("trading", **TINY, secrets=FIXED)
     code = domain.seed_program
     first = domain.evaluate(in_process(code), read_params(code), "search")
     second = domain.evaluate(in_process(code), read_params(code), "search")

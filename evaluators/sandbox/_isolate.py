@@ -1,0 +1,257 @@
+"""The confinement of a candidate's process, set up before any candidate code runs.
+
+Imported by file from `_child.py` (never as part of Atoll): the standard library
+and, if installed, pyseccomp (libseccomp's binding) only.
+
+Two stages. The fork server, once: a mount namespace of its own (as root
+directly, as a user inside a user namespace of its own) in which it builds the
+candidates' root, a tmpfs that holds nothing but read-only binds of the
+allow-list, and pivots into it, detaching the host's file system; then (as
+root) it takes the evaluator's claimed unprivileged uid for good. Each
+candidate's process: a user namespace mapping its own uid (so the same code
+path holds for root and for a user), new mount, network, IPC, UTS, cgroup and
+PID namespaces, a fresh /proc, private /tmp, /run and /dev/shm over the shared
+root's empty ones, resource limits, no capabilities, no new privileges and a
+seccomp filter, in that order.
+"""
+import ctypes
+import errno
+import os
+import resource
+
+CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC = 0x20000, 0x2000000, 0x4000000, 0x8000000
+CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+NAMESPACES = CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
+MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
+MNT_DETACH = 2
+_MS_NOATIME, _MS_NODIRATIME, _MS_RELATIME, _ST_RELATIME = 1024, 2048, 1 << 21, 4096
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 1, 4, 24
+PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 38, 47, 4
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+SYS_PIVOT_ROOT, SYS_CAPSET = 155, 126  # x86_64; seccomp's filter is built for the native arch alone
+SAFE = MS_NOSUID | MS_NODEV
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def mount(source, target: str, fstype=None, flags: int = 0, data: str | None = None) -> None:
+    _check(_libc.mount(source.encode() if source else None, target.encode(),
+                       fstype.encode() if fstype else None, flags, data.encode() if data else None),
+           f"mount {target}")
+
+
+def tmpfs(target: str, size_kb: int, mode: str, flags: int = SAFE) -> None:
+    mount("tmpfs", target, "tmpfs", flags, f"size={size_kb}k,mode={mode}")
+
+
+def read_only(target: str, extra: int = 0) -> None:
+    """Remount a bind read-only, keeping the flags it has (a user namespace may not clear them)."""
+    have = os.statvfs(target).f_flag
+    kept = have & (MS_NOSUID | MS_NODEV | MS_NOEXEC | _MS_NOATIME | _MS_NODIRATIME)
+    kept |= _MS_RELATIME if have & _ST_RELATIME else 0
+    mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | SAFE | kept | extra)
+
+
+def prctl(option: int, arg: int = 0) -> None:
+    _check(_libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0), f"prctl {option}")
+
+
+def _write(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def unshare(flags: int) -> None:
+    _check(_libc.unshare(flags), "unshare")
+
+
+def map_own_ids(uid: int, gid: int) -> None:
+    """Inside a new user namespace: map our own uid and gid (all an unprivileged process may map)."""
+    _write("/proc/self/setgroups", "deny")
+    _write("/proc/self/uid_map", f"{uid} {uid} 1")
+    _write("/proc/self/gid_map", f"{gid} {gid} 1")
+
+
+# --- the fork server, once ---------------------------------------------------
+def own_mount_namespace() -> None:
+    """A mount namespace for the fork server: as root directly, as a user in a user namespace."""
+    if os.geteuid() == 0:
+        unshare(CLONE_NEWNS)
+    else:
+        uid, gid = os.geteuid(), os.getegid()
+        unshare(CLONE_NEWUSER | CLONE_NEWNS)
+        map_own_ids(uid, gid)
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+
+
+def build_root(root: str, entries: list[dict]) -> None:
+    """A tmpfs at `root` holding only `entries` (binds read-only, covers empty), then read-only itself.
+
+    Every source is opened before anything is mounted, so a source under `root`
+    itself (an interpreter in /tmp) is still reached. Entries come sorted by
+    target, so a cover (an empty tmpfs over site-packages) goes on after the
+    bind it sits in and before the binds that go back into it.
+    """
+    held = {e["dst"]: os.open(e["src"], os.O_PATH | os.O_CLOEXEC) for e in entries if e["kind"] != "cover"}
+    try:
+        tmpfs(root, 4096, "755")
+        covers = [root + e["dst"] for e in entries if e["kind"] == "cover"]
+        for entry in entries:
+            _place(root + entry["dst"], entry, held.get(entry["dst"]))
+        for name in ("proc", "tmp", "run", "dev/shm"):
+            os.makedirs(f"{root}/{name}", exist_ok=True)
+        for target in reversed(covers):
+            read_only(target, MS_NOEXEC)
+        read_only(root, MS_NOEXEC)
+    finally:
+        for fd in held.values():
+            os.close(fd)
+
+
+def _place(target: str, entry: dict, fd: int | None) -> None:
+    if entry["kind"] == "cover":
+        tmpfs(target, 64, "755")
+        return
+    if entry["kind"] == "dir":
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o644))
+    mount(f"/proc/self/fd/{fd}", target, None, MS_BIND | MS_REC)
+    if entry["kind"] != "device":  # a device keeps its flags: /dev/null takes writes
+        read_only(target)
+
+
+def become(uid: int) -> None:
+    """As root: the claimed unprivileged uid for good (and stay dumpable, so children may map their ids)."""
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    prctl(PR_SET_DUMPABLE, 1)
+
+
+# --- one candidate --------------------------------------------------------------
+def new_namespaces() -> None:
+    """User namespace first (our own uid mapped), then mount, network, IPC, UTS, cgroup, PID."""
+    uid, gid = os.geteuid(), os.getegid()
+    unshare(NAMESPACES)
+    map_own_ids(uid, gid)
+
+
+def move_into(root: str) -> None:
+    """The fork server moves into the root it built, with the host's /proc bound in for its children.
+
+    Its children's mount namespaces are then copies of that root alone: nothing
+    of the host's file system is left in them to detach.
+    """
+    mount("/proc", f"{root}/proc", None, MS_BIND | MS_REC)
+    os.chdir(root)
+    _check(_libc.syscall(SYS_PIVOT_ROOT, b".", b"."), "pivot_root")
+    _check(_libc.umount2(b".", MNT_DETACH), "detach the old root")
+    os.chdir("/")
+
+
+def private_mounts(scratch_mb: int) -> None:
+    """A fresh /proc (this pid namespace's), and private /tmp, /run and /dev/shm, over the shared root's."""
+    mount("proc", "/proc", "proc", SAFE | MS_NOEXEC)
+    tmpfs("/tmp", scratch_mb << 10, "1777")
+    tmpfs("/run", 1024, "755")
+    tmpfs("/dev/shm", scratch_mb << 10, "1777")
+    os.mkdir("/run/lock", 0o1777)
+    os.chmod("/run/lock", 0o1777)
+    try:  # no user namespaces below this one, whatever else fails later
+        _write("/proc/sys/user/max_user_namespaces", "0")
+    except OSError:
+        pass
+    os.chdir("/tmp")
+
+
+def set_limits(limits: dict) -> None:
+    for name, value in (("RLIMIT_AS", limits["memory_mb"] << 20), ("RLIMIT_CPU", limits["cpu_s"]),
+                        ("RLIMIT_FSIZE", limits["file_mb"] << 20), ("RLIMIT_CORE", 0),
+                        ("RLIMIT_NPROC", limits["processes"])):
+        resource.setrlimit(getattr(resource, name), (value, value))
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def drop_capabilities() -> None:
+    """No capability left in any set (bounding and ambient included), and no way to gain one."""
+    with open("/proc/self/status") as f:
+        held = int(next(line for line in f if line.startswith("CapEff:")).split()[1], 16)
+    if held:  # without any capability there is none to drop (and no right to touch the bounding set)
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            last = int(f.read())
+        for cap in range(last + 1):
+            prctl(PR_CAPBSET_DROP, cap)
+    _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient capabilities")
+    data = (_CapData * 2)()
+    _check(_libc.syscall(SYS_CAPSET, ctypes.byref(_CapHeader(0x20080522, 0)), data), "capset")
+    prctl(PR_SET_NO_NEW_PRIVS, 1)
+
+
+# --- seccomp ------------------------------------------------------------------
+# What a policy never needs: new namespaces, mounts, tracing other processes,
+# kernel keys, BPF, personality changes, module and kexec loading, io_uring (which
+# would bypass this filter), clock and host changes.
+BLOCKED = ("unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "fsopen", "fsconfig", "fsmount",
+           "fspick", "move_mount", "open_tree", "mount_setattr", "ptrace", "process_vm_readv",
+           "process_vm_writev", "kcmp", "pidfd_getfd", "bpf", "perf_event_open", "userfaultfd", "keyctl",
+           "add_key", "request_key", "personality", "kexec_load", "kexec_file_load", "init_module",
+           "finit_module", "delete_module", "open_by_handle_at", "name_to_handle_at", "io_uring_setup",
+           "io_uring_enter", "io_uring_register", "swapon", "swapoff", "reboot", "acct", "quotactl", "syslog",
+           "iopl", "ioperm", "sethostname", "setdomainname", "settimeofday", "clock_settime", "clock_adjtime",
+           "adjtimex", "lookup_dcookie", "vhangup", "uselib", "fanotify_init")
+_CLONE_FLAGS = (CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET)
+
+
+def seccomp_program():
+    """The filter as a BPF program, built once in the fork server with libseccomp; None (and why) if unavailable."""
+    try:
+        import pyseccomp as sc
+    except (ImportError, RuntimeError, OSError) as exc:
+        return None, f"libseccomp's binding is not available ({exc}); install pyseccomp and libseccomp2"
+    with os.fdopen(os.memfd_create("seccomp"), "w+b") as out:
+        _filter(sc).export_bpf(out)
+        out.seek(0)
+        return out.read(), None
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def load_seccomp(program: bytes) -> None:
+    """Install the prepared filter (no-new-privileges must already be set): one call, no rebuilding."""
+    code = ctypes.create_string_buffer(program, len(program))
+    fprog = _SockFprog(len(program) // 8, ctypes.cast(code, ctypes.c_void_p))
+    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
+
+
+def _filter(sc):
+    """What `BLOCKED` and the clone rules say, as a libseccomp filter that allows everything else."""
+    flt = sc.SyscallFilter(sc.ALLOW)
+    for name in BLOCKED:
+        try:
+            flt.add_rule(sc.ERRNO(errno.EPERM), name)
+        except (ValueError, RuntimeError, OSError):
+            pass  # a call this kernel or libseccomp does not know cannot be made either
+    for flag in _CLONE_FLAGS:  # clone with any namespace flag; clone3's flags are out of a filter's reach
+        flt.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
+    flt.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")  # so the C library falls back to clone
+    return flt

@@ -1,0 +1,142 @@
+"""A user's own domain through the real CLI: scaffold, check, run, query; by file and by installed package."""
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from controller.config import validate
+from controller.scaffold import files_for
+from evaluators.evaluator import Evaluator
+from evaluators.registry import get_domain
+from evaluators.secrets import RunSecrets
+from store.query import run_query
+from store.records import Status
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = {"horizon": 20, "search_instances": 4, "heldout_instances": 6, "tune_trials": 4, "tune_batch": 4}
+SMALL_DOMAIN = [arg for key, value in SMALL.items() for arg in ("--set", f"domain.options.{key}={value}")]
+TINY_RUN = ["--set", "run.max_wall_s=120", "--set", "islands.count=2", "--set", "evaluator.actors=2",
+            "--set", "controller.commit_every_s=0.2", "--set", "controller.snapshot_every_s=0.5", *SMALL_DOMAIN]
+ALL_PASSED = re.compile(r"(\d+) of \1 checks passed")
+FAILED_CHECK = re.compile(r"\bFAIL\b")
+
+
+def atoll(*args, cwd, path=(), check=True, timeout=300):
+    """The real entry point in a subprocess, from `cwd`, with Atoll (and `path`) importable."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *map(str, path)]),
+               ATOLL_CACHE_DIR=str(Path(cwd) / "cache"))
+    proc = subprocess.run([sys.executable, "-m", "controller", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"atoll {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def _search_counts(run_dir):
+    _, rows, _ = run_query(run_dir, "SELECT count(*), count(*) FILTER (WHERE status = 'OK') FROM evaluations "
+                                    "WHERE split = 'search'")
+    return rows[0]
+
+
+def test_scaffold_then_check_run_query_and_resume_from_the_archive_alone(tmp_path):
+    atoll("new-domain", "pricing", cwd=tmp_path)  # into ./pricing
+    assert {p.name for p in (tmp_path / "pricing").iterdir()} == {"pricing.py", "pricing.toml", "test_pricing.py"}
+    check = atoll("check", "pricing/pricing.toml", *SMALL_DOMAIN, cwd=tmp_path)
+    assert ALL_PASSED.search(check.stdout) and not FAILED_CHECK.search(check.stdout), check.stdout
+    run = atoll("run", "pricing/pricing.toml", "--run-dir", "runs/p", "--max-evals", "8", *TINY_RUN, cwd=tmp_path)
+    assert "held-out split (pricing)" in run.stdout and "baseline: scarcity pricing" in run.stdout
+    total, ok = _search_counts(tmp_path / "runs/p")
+    assert total == 8 and ok >= 1
+    (tmp_path / "pricing" / "pricing.py").rename(tmp_path / "moved.py")  # a resume reads the archive's copy
+    _, rows, _ = run_query(tmp_path / "runs/p", "SELECT config FROM runs")
+    stored = validate(json.loads(rows[0][0]))
+    assert "class Pricing(SimpleDomain)" in stored.domain.source
+    domain = get_domain(stored.domain, secrets=RunSecrets.fixed(0))
+    assert Evaluator(stored.domain, {}, stored.evaluator.sandbox).evaluate(
+        "seed", domain.seed_program, "heldout").status == Status.OK
+
+
+def test_the_scaffolds_own_tests_pass(tmp_path):
+    atoll("new-domain", "shelf", "--dir", "mine", cwd=tmp_path)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "mine"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "3 passed" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_check_says_what_to_fix_when_the_data_ignores_the_secrets(tmp_path):
+    atoll("new-domain", "pricing", cwd=tmp_path)
+    domain = tmp_path / "pricing" / "pricing.py"
+    domain.write_text(domain.read_text().replace("self._season(rng)", "self._season(np.random.default_rng(0))"))
+    check = atoll("check", "pricing/pricing.toml", *SMALL_DOMAIN, cwd=tmp_path, check=False)
+    assert check.returncode == 1 and FAILED_CHECK.search(check.stdout)
+    text = " ".join(check.stdout.split())
+    assert "the seed program scores the same on search and heldout" in text
+    assert "the same per-instance scores under other secrets" in text and "fix the 2 that failed" in text
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """A folder holding two installed domain packages (pip --target): a good one and one that fails to import."""
+    source, target = tmp_path_factory.mktemp("plugins"), tmp_path_factory.mktemp("site")
+    for package, text in (("shelf_pricing", files_for("shelfprice", source)[source / "shelfprice.py"]),
+                          ("broken_domain", "import not_a_real_module\n")):
+        (source / package).mkdir()
+        (source / package / "__init__.py").write_text("")
+        (source / package / "domain.py").write_text(text)
+    (source / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=68"]\nbuild-backend = "setuptools.build_meta"\n\n'
+        '[project]\nname = "shelf-pricing"\nversion = "0.1"\n\n[tool.setuptools]\n'
+        'packages = ["shelf_pricing", "broken_domain"]\n\n[project.entry-points."atoll.domains"]\n'
+        'shelfprice = "shelf_pricing.domain:Shelfprice"\nbroken = "broken_domain.domain:Broken"\n')
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                          "--target", str(target), str(source)], capture_output=True, text=True, timeout=300)
+    assert pip.returncode == 0, pip.stderr
+    return target
+
+
+def test_a_domain_from_an_installed_package_works_the_same_way(installed, tmp_path):
+    (tmp_path / "shelf.toml").write_text('[run]\nname = "shelf"\n\n[domain]\nname = "shelfprice"\n')
+    check = atoll("check", "shelf.toml", *SMALL_DOMAIN, cwd=tmp_path, path=[installed])
+    assert ALL_PASSED.search(check.stdout), check.stdout
+    run = atoll("run", "shelf.toml", "--run-dir", "run", "--max-evals", "6", "--no-report", *TINY_RUN,
+                cwd=tmp_path, path=[installed])
+    assert "search completed: 6 evaluations" in run.stdout
+    assert _search_counts(tmp_path / "run")[0] == 6
+
+
+def _one_line_exit_2(proc, needle):
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.count("\n") == 1 and needle in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_an_entry_point_that_fails_to_import_is_one_line(installed, tmp_path):
+    (tmp_path / "c.toml").write_text('[domain]\nname = "broken"\n')
+    proc = atoll("check", "c.toml", cwd=tmp_path, path=[installed], check=False)
+    _one_line_exit_2(proc, "domain 'broken' (entry point broken = broken_domain.domain:Broken of package "
+                           "shelf-pricing) failed to import: ModuleNotFoundError: No module named 'not_a_real_module'")
+
+
+@pytest.mark.parametrize("command, files, needle", [
+    (["check", "absent.toml"], {}, "config file absent.toml does not exist"),
+    (["check", "c.toml"], {"c.toml": '[domain]\npath = "nowhere.py"\n'}, "nowhere.py does not exist"),
+    (["run", "c.toml"], {"c.toml": '[domain]\npath = "d.py"\n', "d.py": "import math\n"},
+     "d.py defines no domain: expected a class deriving from SimpleDomain"),
+    (["check", "pricing/pricing.toml", "--set", "domain.options.horizon=0"], "scaffold",
+     "domain.options.horizon: Input should be greater than or equal to 5"),
+    (["check", "pricing/pricing.toml", "--set", "domain.options.min_load=1.5"], "scaffold",
+     "domain.options: Value error, min_load 1.5 is above max_load 0.9"),
+    (["new-domain", "Bad-Name"], {}, "domain name 'Bad-Name': use lowercase letters"),
+    (["new-domain", "pricing"], "scaffold", "pricing/pricing.py already exists"),
+])
+def test_bad_input_is_one_clear_line_and_exit_2(tmp_path, command, files, needle):
+    if files == "scaffold":
+        atoll("new-domain", "pricing", cwd=tmp_path)
+    else:
+        for name, text in files.items():
+            (tmp_path / name).write_text(text)
+    _one_line_exit_2(atoll(*command, cwd=tmp_path, check=False), needle)

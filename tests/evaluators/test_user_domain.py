@@ -1,0 +1,203 @@
+"""A domain of the user's own: loading it from a file or by name, the shorter form's rules, what a candidate sees."""
+import os
+import tempfile
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from controller.config import ConfigError, load_config
+from controller.scaffold import write_domain
+from evaluators.check import Checker
+from evaluators.evaluator import Evaluator
+from evaluators.registry import (DomainConfig, DomainLoadError, declared, domain_folders, domain_names, get_domain,
+                                 get_domain_class)
+from evaluators.sandbox.config import SandboxConfig
+from evaluators.secrets import RunSecrets
+from store.records import Status
+
+ROOT = Path(__file__).resolve().parents[2]
+LIMITS = SandboxConfig(wall_s=30)
+
+# A complete small domain in the shorter form: move a point to a target in five steps, each move
+# slowed by the instance's drag (unknown to the policy).
+REACH = '''\
+import numpy as np
+from evaluators.simple import SimpleDomain
+
+SEED = """PARAMS = {"gain": (0.3, 0.0, 2.0)}
+
+
+def act(state, params):
+    return params["gain"] * (state["target"] - state["position"])
+"""
+
+
+class Reach(SimpleDomain):
+    name = "reach"
+    entry_point = "act"
+    seed_program = SEED
+    baseline_programs = {"proportional": SEED}
+    action_shape = ()
+    action_bounds = (-10.0, 10.0)
+
+    def instances(self, split, rng):
+        return [(float(t), float(d)) for t, d in zip(rng.uniform(-5, 5, size=4), rng.uniform(0.5, 1.0, size=4))]
+
+    def simulate(self, instances, policy):
+        targets, drags = (np.array(column) for column in zip(*instances))
+        position = np.zeros(len(targets))
+        for _ in range(5):
+            moves = policy([{"position": float(p), "target": float(t)} for p, t in zip(position, targets)])
+            position = position + drags * np.array(moves)
+        return -np.abs(position - targets)
+'''
+
+# The same domain, with a simulator that catches every exception around the policy's calls.
+SWALLOWING = REACH.replace('''            moves = policy([{"position": float(p), "target": float(t)} for p, t in zip(position, targets)])''', '''\
+            try:
+                moves = policy([{"position": float(p), "target": float(t)} for p, t in zip(position, targets)])
+            except Exception:
+                moves = np.zeros(len(targets))''')
+
+
+def _config(tmp_path, text=REACH, extra="") -> DomainConfig:
+    (tmp_path / "reach.py").write_text(text)
+    (tmp_path / "reach.toml").write_text(f'[domain]\npath = "reach.py"\n{extra}')
+    return load_config(tmp_path / "reach.toml")[0].domain
+
+
+def _evaluate(domain, code, split="search", secrets=None):
+    return Evaluator(domain, {}, LIMITS, secrets=secrets or RunSecrets.fixed(1)).evaluate("p", code, split)
+
+
+def test_a_file_domain_runs_from_its_text_even_after_the_file_is_gone(tmp_path):
+    domain = _config(tmp_path)
+    assert domain.path == str(tmp_path / "reach.py") and domain.source == REACH
+    (tmp_path / "reach.py").unlink()  # what a resume on another node, or after the file moved, meets
+    result = _evaluate(domain, get_domain(domain).seed_program)
+    assert result.status == Status.OK, result.error
+    assert result.score > -0.2 and result.tuned_params["gain"] > 0.8  # the written gain 0.3 scores about -0.7
+    assert len(result.instance_scores) == 4 and len(result.metrics["instances"]) == 4
+    assert len(result.descriptors) == 2 and result.metrics["tune_trials"] == 24
+
+
+def test_the_same_text_in_two_folders_hides_each_folder(tmp_path):
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir()
+    second.mkdir()
+    folders = [domain_folders(get_domain(_config(folder))) for folder in (first, second)]
+    assert folders == [(str(first),), (str(second),)]
+
+
+def test_every_split_is_scored_and_held_out_data_differs_from_search(tmp_path):
+    domain = _config(tmp_path)
+    seed = get_domain(domain).seed_program
+    scores = {split: _evaluate(domain, seed, split).instance_scores for split in ("search", "heldout")}
+    assert scores["search"] != scores["heldout"] and all(len(s) == 4 for s in scores.values())
+
+
+def test_instances_come_from_the_run_secrets_of_each_split(tmp_path):
+    domain = _config(tmp_path)
+    one, same, other = (get_domain(domain, secrets=RunSecrets.fixed(s)) for s in (5, 5, 6))
+    assert one.split_instances("search") == same.split_instances("search")
+    assert one.split_instances("search") != other.split_instances("search")
+    assert one.split_instances("search") != one.split_instances("heldout")
+
+
+@pytest.mark.parametrize("answer, status, needle", [
+    ("float('nan')", Status.INVALID, "not finite"),
+    ("100.0", Status.INVALID, "outside [-10, 10]"),
+    ("[1.0, 2.0]", Status.INVALID, "shape (2,)"),
+    ("'up'", Status.FAILED, "not numbers"),
+])
+def test_actions_are_checked_before_the_simulator_sees_them(tmp_path, answer, status, needle):
+    result = _evaluate(_config(tmp_path), f"def act(state, params):\n    return {answer}\n")
+    assert result.status == status and needle in result.error, result.error
+
+
+def test_a_simulator_that_catches_every_error_cannot_hide_a_bad_action(tmp_path):
+    assert "except Exception" in SWALLOWING
+    result = _evaluate(_config(tmp_path, SWALLOWING), "def act(state, params):\n    return float('nan')\n")
+    assert result.status == Status.INVALID and "not finite" in result.error
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("import numpy\nX = 1\n", "defines no domain: expected a class deriving from SimpleDomain"),
+    ("def broken(:\n    pass\n", "failed to load: SyntaxError"),
+    ("import numpy\n\nx = undefined_name\n", "failed to load: NameError: name 'undefined_name' is not defined "
+                                            "(line 3)"),
+    (REACH.replace("    def simulate(", "    def simulate_(", 1), "defines Reach but it lacks simulate"),
+    (REACH + "\n\nclass Other(Reach):\n    name = 'other'\n", "defines several domains (other, reach); choose"),
+])
+def test_a_file_that_defines_no_usable_domain_is_one_clear_line(tmp_path, text, needle):
+    with pytest.raises(ConfigError) as caught:
+        _config(tmp_path, text)
+    assert needle in str(caught.value) and "\n" not in str(caught.value)
+    assert str(caught.value).startswith("domain.path: ")
+
+
+def test_a_file_with_several_domains_picks_one_by_name(tmp_path):
+    text = REACH + "\n\nclass Other(Reach):\n    name = 'other'\n"
+    assert get_domain_class(_config(tmp_path, text, 'name = "other"\n')).name == "other"
+    with pytest.raises(ConfigError, match="defines no domain named 'nope'"):
+        _config(tmp_path, text, 'name = "nope"\n')
+
+
+@pytest.mark.parametrize("toml, needle", [
+    ('[domain]\npath = "absent.py"\n', "absent.py does not exist"),
+    ('[domain]\npath = "reach.py"\n[domain.options]\ntune_trials = 0\n',
+     "domain.options.tune_trials: Input should be greater than or equal to 1"),
+    ('[domain]\npath = "reach.py"\n[domain.options]\ncolour = 1\n', "domain.options.colour: unknown key"),
+    ("[domain]\n", "give domain.name (a registered domain) or domain.path"),
+])
+def test_bad_domain_config_is_one_clear_line(tmp_path, toml, needle):
+    (tmp_path / "reach.py").write_text(REACH)
+    (tmp_path / "c.toml").write_text(toml)
+    with pytest.raises(ConfigError) as caught:
+        load_config(tmp_path / "c.toml")
+    assert needle in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_the_builtins_are_declared_as_entry_points_in_pyproject():
+    table = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["atoll.domains"]
+    folders = {p.name for p in (ROOT / "evaluators" / "domains").iterdir() if (p / "domain.py").is_file()}
+    assert set(table) == folders
+    for name, value in table.items():
+        assert value.startswith(f"evaluators.domains.{name}.domain:")
+        assert declared()[name].value == value and get_domain_class(name).name == name
+    assert set(table) <= set(domain_names())
+
+
+def test_an_unknown_name_lists_the_known_ones():
+    with pytest.raises(DomainLoadError, match="unknown domain 'nope'; known: control, inventory"):
+        get_domain_class("nope")
+
+
+@pytest.fixture()
+def visible_folder():
+    """A folder that nothing but the domain's own hiding keeps from candidates (not under /tmp or home)."""
+    if os.geteuid() != 0:
+        pytest.skip("the sandbox hides files only as root")
+    for parent in ("/srv", "/opt", "/mnt"):
+        if os.access(parent, os.W_OK):
+            folder = Path(tempfile.mkdtemp(prefix="atoll-domain-", dir=parent))
+            folder.chmod(0o755)  # readable by the sandbox's unprivileged uid, were it not hidden
+            yield folder
+            for path in folder.iterdir():
+                path.unlink()
+            folder.rmdir()
+            return
+    pytest.skip("no writable folder outside /tmp and the home directory")
+
+
+def test_a_hostile_policy_cannot_read_the_domain_files(visible_folder):
+    write_domain("pricing", visible_folder)
+    (visible_folder / "prices.csv").write_text("secret,data\n")  # the domain's own data beside it
+    (visible_folder / "prices.csv").chmod(0o644)
+    config, _ = load_config(visible_folder / "pricing.toml", ["domain.options.tune_trials=2",
+                                                             "domain.options.horizon=10"])
+    checker = Checker(config.domain, LIMITS)
+    assert str(visible_folder / "pricing.py") in checker.domain_files()
+    check = checker.reads_files()
+    assert check.passed, check.detail
