@@ -10,6 +10,7 @@ from pathlib import Path
 
 import ray
 
+from controller.address import join
 from evaluators.evaluator import Evaluator
 from evaluators.registry import get_domain
 from store.records import MutationRequest
@@ -33,8 +34,13 @@ class MutationWorker:
             return f"mutation failed: {exc}"
 
 
-EvaluatorActor = ray.remote(num_cpus=1, max_restarts=0)(Evaluator)
-MutatorActor = ray.remote(num_cpus=0)(MutationWorker)
+# Evaluators are not restarted by Ray: the driver replaces a lost one, because only it knows which
+# program was running and may be the cause (controller.faults). A mutator is a pure function of its
+# request, so Ray restarts it and retries its requests; the driver steps in when Ray gives up.
+EVALUATOR_OPTIONS = {"num_cpus": 1, "max_restarts": 0}
+MUTATOR_OPTIONS = {"num_cpus": 0, "max_restarts": 3, "max_task_retries": 2}
+EvaluatorActor = ray.remote(**EVALUATOR_OPTIONS)(Evaluator)
+MutatorActor = ray.remote(**MUTATOR_OPTIONS)(MutationWorker)
 
 
 def evaluator_count(config) -> int:
@@ -51,6 +57,11 @@ def new_evaluator(config, hide: tuple[str, ...] = (), *, secrets):
     return EvaluatorActor.remote(config.domain, {}, config.evaluator.sandbox, hide, secrets)
 
 
+def new_mutator(config):
+    """A mutator actor for `config`'s domain."""
+    return MutatorActor.remote(config.domain, {}, config.mutator.embedded)
+
+
 def project_root() -> str:
     return str(Path(__file__).resolve().parents[1])
 
@@ -59,12 +70,13 @@ def connect(address: str | None, num_cpus: int | None = None) -> dict:
     """Join the cluster at `address` (or RAY_ADDRESS), else start a local Ray."""
     if ray.is_initialized():
         return ray.cluster_resources()
+    source = "--ray-address" if address else "RAY_ADDRESS"
     address = address or os.environ.get("RAY_ADDRESS")
     # Atoll's own tree first, then the caller's path (where a user's domain package may live)
     paths = [project_root(), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     env = {"env_vars": {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}}
     if address:
-        ray.init(address=address, runtime_env=env, log_to_driver=False)
+        join(address, env, source)  # a bad address is one line, before the run exists
     else:
         ray.init(num_cpus=num_cpus, include_dashboard=False, runtime_env=env,
                  log_to_driver=False, configure_logging=False)

@@ -53,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
                                            "archive lacks, e.g. after a report was stopped)")
     report.add_argument("run_dir", help="a run directory (holds archive.duckdb)")
     report.add_argument("--ray-address", help="join this Ray cluster (default: RAY_ADDRESS, else start a local Ray)")
+    sub.choices["resume"].add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                                       help="change a config value for the rest of the run (e.g. the LLM models)")
     for p in (run, sub.choices["resume"]):
         p.add_argument("--ray-address", help="join this Ray cluster (default: RAY_ADDRESS, else start a local Ray)")
         p.add_argument("--no-report", action="store_true", help="skip the held-out table at the end")

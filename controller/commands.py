@@ -10,28 +10,15 @@ from pathlib import Path
 
 from rich.console import Console
 
+from controller import rundir
 from controller.cli import UserError
-from controller.config import AtollConfig, load_config, validate
+from controller.config import apply_overrides, load_config, validate
 from controller.memory_commands import cmd_runs, cmd_skills, library_query  # noqa: F401  (the library's commands)
 from controller.domain_commands import cmd_check, cmd_new_domain  # noqa: F401  (the CLI finds commands here)
 
-ARCHIVE = "archive.duckdb"
 # Output to a file or a pipe (a log, a job's driver output) is not cut to 80 columns:
 # the held-out tables stay one line per row there.
 console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160)
-
-
-def _archive(run_dir: Path, read_only: bool = False):
-    from store.duckdb_archive import DuckDBArchive
-
-    if not (run_dir / ARCHIVE).is_file():
-        raise UserError(f"{run_dir} is not a run directory (no {ARCHIVE} in it)")
-    try:
-        return DuckDBArchive(run_dir / ARCHIVE, read_only=read_only)
-    except Exception as exc:  # duckdb's lock error names the holder's pid
-        if "lock" in str(exc).lower():
-            raise UserError(f"{run_dir} is in use by a live run: {str(exc).splitlines()[0]}") from None
-        raise
 
 
 def _latest_run(archive, run_dir: Path, verb: str) -> tuple[str, dict]:
@@ -42,27 +29,26 @@ def _latest_run(archive, run_dir: Path, verb: str) -> tuple[str, dict]:
     return run_id, run
 
 
-def _run_dir_for(config: AtollConfig, given: str | None) -> Path:
-    run_dir = Path(given) if given else Path("runs") / f"{config.run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    if (run_dir / ARCHIVE).exists():
-        raise UserError(f"{run_dir} already holds a run; continue it with: atoll resume {run_dir}")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    return run_dir
-
-
 def cmd_run(args) -> int:
-    from store.duckdb_archive import DuckDBArchive
+    """Everything that can be refused is checked (config, run directory, Ray address) before the run exists."""
+    from controller.actors import connect
 
-    overrides = list(args.set) + ([f"run.max_evals={args.max_evals}"] if args.max_evals else [])
+    overrides = list(args.set) + ([f"run.max_evals={args.max_evals}"] if args.max_evals is not None else [])
     config, text = load_config(args.config, overrides)
     protections = _sandbox_protections(config)
     _memory_checked(config)
-    run_dir = _run_dir_for(config, args.run_dir)
-    with DuckDBArchive(run_dir / ARCHIVE) as archive:
-        run_id = run_dir.resolve().name + "-" + time.strftime("%H%M%S")
-        archive.create_run(run_id, config.model_dump(mode="json"), text)
-        archive.save_secrets(run_id, _new_secrets(config).to_record())
+    if args.run_dir:
+        rundir.check_free(Path(args.run_dir))
+    connect(args.ray_address)
+    run_dir = rundir.claim(config.run.name, args.run_dir)
+    run_id = run_dir.resolve().name + "-" + time.strftime("%H%M%S")
+    secrets = _new_secrets(config)
+
+    def setup(archive):
+        archive.save_secrets(run_id, secrets.to_record())
         archive.record_protections(run_id, protections)
+
+    with rundir.create_archive(run_dir, run_id, config.model_dump(mode="json"), text, setup) as archive:
         console.print(f"[bold]atoll[/] run {run_id} in {run_dir} (resume with: atoll resume {run_dir})",
                       soft_wrap=True)
         return _search(config, archive, run_id, run_dir, args)
@@ -97,13 +83,22 @@ def _stored_secrets(archive, run_id: str, run_dir: Path):
 
 
 def cmd_resume(args) -> int:
+    from controller.actors import connect
+
     run_dir = Path(args.run_dir)
-    with _archive(run_dir) as archive:
+    with rundir.open_archive(run_dir) as archive:
         run_id, run = _latest_run(archive, run_dir, "resume")
         config = validate(run["config"])
+        _refuse_failed_seed(archive, run_id)
+        if getattr(args, "set", None):  # e.g. a resume that adds or drops an LLM model
+            config = validate(apply_overrides(run["config"], list(args.set)))
+            archive.con.execute("UPDATE runs SET config = ? WHERE run_id = ?",
+                                [json.dumps(config.model_dump(mode="json")), run_id])
+            console.print(f"[bold]atoll[/] config changed for the rest of the run: {', '.join(args.set)}")
         archive.record_protections(run_id, _sandbox_protections(config))
         done = archive.count_evaluations(run_id, "search")
         console.print(f"[bold]atoll[/] resuming {run_id}: {done}/{config.run.max_evals} evaluations done")
+        connect(args.ray_address)
         return _search(config, archive, run_id, run_dir, args)
 
 
@@ -134,16 +129,43 @@ def _sandbox_protections(config) -> list[str]:
     return held
 
 
+def _refuse_failed_seed(archive, run_id: str) -> None:
+    from controller.loop import stored_seed_error
+
+    error = stored_seed_error(archive, run_id)
+    if error:
+        raise UserError(f"the run's seed program failed ({error}); there is nothing to evolve from: "
+                        "start a new run once the seed program can score")
+
+
+def _guard_disk(run_dir: Path, work) -> int:
+    """`work()`'s exit status; a full disk on the way stops it with one line and exit status 1."""
+    from controller.faults import disk_full, disk_full_message
+
+    try:
+        return work()
+    except Exception as exc:
+        if not disk_full(exc, run_dir):
+            raise
+    print(f"atoll: {disk_full_message(run_dir)}", file=sys.stderr)
+    return 1
+
+
 def _search(config, archive, run_id, run_dir, args) -> int:
-    from controller.actors import connect
+    return _guard_disk(run_dir, lambda: _search_and_report(config, archive, run_id, run_dir, args))
+
+
+def _search_and_report(config, archive, run_id, run_dir, args) -> int:
+    """The search, then its held-out report."""
+    from controller.actors import new_evaluator
     from controller.loop import Search
 
     memory = _memory_checked(config, archive, run_id, run_dir)
-    connect(args.ray_address)
     signal.signal(signal.SIGTERM, _stop_cleanly)  # `ray job stop`, a scheduler's kill: commit, then exit
     archive.set_run_status(run_id, "running")
-    search = Search(config, archive, run_id, run_dir, hide=(str(run_dir.resolve()),),
-                    secrets=_stored_secrets(archive, run_id, run_dir), memory=memory)
+    hide = (str(run_dir.resolve()),)
+    secrets = _stored_secrets(archive, run_id, run_dir)
+    search = Search(config, archive, run_id, run_dir, hide=hide, secrets=secrets, memory=memory)
     status = search.run()
     archive.set_run_status(run_id, status, ended=True)
     note = memory.finish(status, search.done, search.best_score)
@@ -152,20 +174,28 @@ def _search(config, archive, run_id, run_dir, args) -> int:
     if status == "seed-failed":
         raise UserError(f"the seed program failed ({search.seed_error}); nothing to evolve from")
     console.print(f"search {status}: {archive.count_evaluations(run_id, 'search')} evaluations")
+    _llm_summary(archive, run_id)
     if status != "interrupted" and not args.no_report:
-        return _report(archive, run_id, search.domain, search.evaluators, run_dir)
+        return _report(archive, run_id, search.domain, search.evaluators, run_dir,
+                       lambda: new_evaluator(config, hide, secrets=secrets))
     if status == "interrupted":
         console.print(f"stopped; everything finished is committed. Continue with: atoll resume {run_dir}",
                       soft_wrap=True)
     return 130 if status == "interrupted" else 0
 
 
-def _report(archive, run_id, domain, evaluators, run_dir) -> int:
+def _llm_summary(archive, run_id) -> None:
+    from controller.llm_report import archive_fetch, print_summary
+
+    print_summary(console, archive_fetch(archive), run_id)
+
+
+def _report(archive, run_id, domain, evaluators, run_dir, new_evaluator) -> int:
     """The held-out table; Ctrl-C (or SIGTERM) stops it with what finished kept."""
     from controller.report import heldout_report
 
     try:
-        heldout_report(archive, run_id, domain, evaluators, console)
+        heldout_report(archive, run_id, domain, evaluators, console, new_evaluator)
     except KeyboardInterrupt:
         console.print("held-out report stopped. The search is committed, and so is every held-out result "
                       f"that finished. Print the table (scoring only what is missing) with: atoll report {run_dir}",
@@ -179,7 +209,7 @@ def cmd_report(args) -> int:
     from evaluators.registry import get_domain
 
     run_dir = Path(args.run_dir)
-    with _archive(run_dir) as archive:
+    with rundir.open_archive(run_dir) as archive:
         run_id, run = _latest_run(archive, run_dir, "report on")
         if run["status"] == "running":
             raise UserError(f"{run_dir}: the run is marked running (live, or stopped without ending); "
@@ -190,10 +220,11 @@ def cmd_report(args) -> int:
         secrets = _stored_secrets(archive, run_id, run_dir)
         connect(args.ray_address)
         signal.signal(signal.SIGTERM, _stop_cleanly)
-        evaluators = [new_evaluator(config, (str(run_dir.resolve()),), secrets=secrets)
-                      for _ in range(evaluator_count(config))]
+        hide = (str(run_dir.resolve()),)
+        evaluators = [new_evaluator(config, hide, secrets=secrets) for _ in range(evaluator_count(config))]
         domain = get_domain(config.domain, secrets=secrets)
-        return _report(archive, run_id, domain, evaluators, run_dir)
+        return _guard_disk(run_dir, lambda: _report(archive, run_id, domain, evaluators, run_dir,
+                                                    lambda: new_evaluator(config, hide, secrets=secrets)))
 
 
 def _stop_cleanly(signum, frame):
@@ -214,10 +245,26 @@ def cmd_status(args) -> int:
     except UserError:  # an archive from before the sandbox's protections were stored
         cols, rows, note = _query(run_dir, sql.replace(", array_to_string(r.protections, ', ') AS sandbox", ""))
     _print_rows(cols, rows, note)
+    if rows:
+        _status_llm(run_dir, rows[-1][0])
     if not from_snapshot(note) and any(row[1] == "running" for row in rows):
         console.print("no driver holds this run: it stopped without ending (crash, kill or lost machine); "
                       f"everything committed is kept. Continue with: atoll resume {run_dir}", soft_wrap=True)
     return 0
+
+
+def _status_llm(run_dir: Path, run_id: str) -> None:
+    """The latest run's LLM and per-source tables (absent from archives made before schema 5)."""
+    from controller.llm_report import print_summary
+    from store.query import QueryError, run_query
+
+    def fetch(sql):
+        try:
+            cols, rows, _ = run_query(run_dir, sql)
+        except QueryError:
+            return [], []
+        return cols, rows
+    print_summary(console, fetch, run_id)
 
 
 def _query(run_dir: Path, sql: str):

@@ -17,6 +17,7 @@ from evaluators.registry import DomainConfig, DomainLoadError
 from evaluators.sandbox.config import SandboxConfig
 from islands.config import IslandsConfig
 from workers.config import EmbeddedMutatorConfig
+from workers.llm.config import LLMConfig
 
 
 class ConfigError(Exception):
@@ -40,9 +41,12 @@ class RunConfig(_Strict):
 class MutatorConfig(_Strict):
     """Which mutation backend proposes children."""
 
-    kind: Literal["embedded"] = Field("embedded", description="Mutation backend; 'embedded' needs no model.")
+    kind: Literal["embedded"] = Field("embedded", description="Mutation backend; 'embedded' needs no model "
+                                      "(LLM models mix in through [mutator.llm]).")
     workers: int = Field(1, ge=1, le=64, description="Mutation actors.")
     embedded: EmbeddedMutatorConfig = Field(default_factory=EmbeddedMutatorConfig, description="Embedded mutator settings.")
+    llm: LLMConfig | None = Field(None, description="LLM models mixed with the embedded mutator per island "
+                                                   "(see workers/llm/config.py); none by default.")
 
 
 class EvaluatorConfig(_Strict):
@@ -59,6 +63,7 @@ class ControllerConfig(_Strict):
     commit_every_s: float = Field(1.0, gt=0, description="Longest time a finished result waits before it is committed.")
     snapshot_every_s: float = Field(3.0, gt=0, description="How often the live read-only copy for `atoll query` is refreshed.")
     heldout_on_new_best: bool = Field(True, description="Check every new best program on the held-out split (never shown to the mutator).")
+    actor_death_retries: int = Field(1, ge=0, le=10, description="Times a job that was running when its actor's process died is run again (on a fresh actor); after that an evaluation is stored FAILED with the reason and a mutation request is dropped.")
 
 
 class AtollConfig(_Strict):
@@ -74,12 +79,13 @@ class AtollConfig(_Strict):
                                  "catalog, elites, skills, warm starts.")
 
 
-def _first_error(exc: ValidationError) -> str:
+def _first_error(exc: ValidationError, prefix: str = "") -> str:
+    """`section.key: what is wrong`; a check across several keys of a section names the section."""
     err = exc.errors()[0]
-    key = ".".join(str(p) for p in err["loc"]) or "(top level)"
-    msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+    key = prefix + ".".join(str(p) for p in err["loc"])
+    msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
     more = len(exc.errors()) - 1
-    return f"{key}: {msg}" + (f" (and {more} more)" if more else "")
+    return f"{key.rstrip('.') or '(top level)'}: {msg}" + (f" (and {more} more)" if more else "")
 
 
 def parse_override(item: str) -> tuple[list[str], object]:
@@ -124,7 +130,23 @@ def validate(tree: dict) -> AtollConfig:
         message = _first_error(exc)  # "(top level): ..." for a rule across several options
         raise ConfigError("domain.options" + (message[len("(top level)"):] if message.startswith("(top level)")
                                               else "." + message)) from None
+    _check_descriptors(config.islands, get_domain_class(config.domain))
     return config
+
+
+def _check_descriptors(islands, domain) -> None:
+    """MAP-Elites needs the domain's descriptors, and one [low, high] pair per descriptor."""
+    names = domain.descriptor_names
+    if islands.niche != "map_elites" or names is None:
+        return
+    if not names:
+        raise ConfigError(f"islands.niche: domain {domain.name!r} reports no descriptors for 'map_elites'; "
+                          "use 'signature'")
+    bounds = islands.descriptor_bounds
+    if bounds and len(bounds) != len(names):
+        raise ConfigError(f"islands.descriptor_bounds: {len(bounds)} [low, high] pairs, but domain "
+                          f"{domain.name!r} reports {len(names)} descriptors ({', '.join(names)}); give "
+                          f"{len(names)} pairs, or none to learn the ranges")
 
 
 def load_config(path: str | Path, overrides: list[str] = ()) -> tuple[AtollConfig, str]:

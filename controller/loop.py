@@ -17,14 +17,17 @@ import msgpack
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
-from controller.actors import MutatorActor, evaluator_count, new_evaluator
+from controller import faults
+from controller.actors import evaluator_count, new_evaluator, new_mutator
+from controller.dedup import Dedup
 from controller.memory import WARM, RunMemory
 from controller.progress import Progress
+from controller.proposals import Proposals
 from evaluators.params import write_params
 from evaluators.registry import get_domain
 from islands.archipelago import Archipelago
 from islands.population import Member
-from store.records import Candidate, EvalResult, MutationRequest, Status, code_hash
+from store.records import Candidate, EvalResult, MutationRequest, Status
 
 
 def new_id() -> str:
@@ -56,13 +59,18 @@ class Search:
         self.failures = 0
         self.best_score = None
         self.hide = hide
+        self.deaths = faults.Deaths(config.controller.actor_death_retries)
+        self.disk_full = False
         self._rebuild()
+        self.dedup = Dedup(self.known, self.codes.values())
+        self.proposals = Proposals(config, archive, run_id, self.domain, self.dedup)
 
     def _rebuild(self) -> None:
         rows = self.archive.programs_with_scores(self.run_id, "search")
         self.codes = {r["program_id"]: r["code"] for r in rows}
         self.scores = {r["program_id"]: r["score"] for r in rows}
         seeds = [r for r in rows if r["mutator"] in _STARTS]
+        self.seed_error = stored_seed_error(self.archive, self.run_id, [r for r in seeds if r["mutator"] == "seed"])
         others = [r for r in rows if r["mutator"] not in _STARTS]
         fanned = [dict(s, island=i) for s in seeds for i in range(self.config.islands.count)]
         self.islands = self._restore(len(rows)) or Archipelago.rebuild(
@@ -93,12 +101,15 @@ class Search:
         n = evaluator_count(c)
         self.evaluators = [self._new_evaluator() for _ in range(n)]
         self.load = {i: 0 for i in range(n)}
-        self.mutators = [MutatorActor.remote(c.domain, {}, c.mutator.embedded)
-                         for _ in range(c.mutator.workers)]
+        self.mutators = [self._new_mutator() for _ in range(c.mutator.workers)]
         self._next_mutator = 0
+        self.proposals.start()
 
     def _new_evaluator(self):
         return new_evaluator(self.config, self.hide, secrets=self.secrets)
+
+    def _new_mutator(self):
+        return new_mutator(self.config)
 
     def _submit_eval(self, candidate: Candidate, split: str = "search") -> None:
         i = min(self.load, key=self.load.get)
@@ -106,8 +117,19 @@ class Search:
         ref = self.evaluators[i].evaluate.remote(candidate.program_id, candidate.code, split)
         self.pending[ref] = (_KIND[split], candidate, i)
 
-    def _submit_mutation(self) -> None:
-        island = self.islands.pick_island()
+    def _submit_mutation(self) -> bool:
+        """One request to a source with room (embedded, or an LLM by the island's weights); False if none has."""
+        embedded_room = self.in_flight("eval") + self.in_flight("mutate") < self._capacity()
+        evals_full = self.in_flight("eval") >= self._capacity()
+        if not self.proposals.any_room(embedded_room, evals_full):
+            return False
+        for _ in range(len(self.islands.islands)):
+            island = self.islands.pick_island()
+            source = self.proposals.choose(island, embedded_room, evals_full)
+            if source is not None:
+                break
+        else:
+            return False
         parent, inspirations = self.islands.next_parent(island)
         request = MutationRequest(
             run_id=self.run_id, island=island, generation=self.islands.islands[island].generation + 1,
@@ -115,9 +137,17 @@ class Search:
             inspirations=tuple((m.program_id, m.code) for m in inspirations),
             operator_weights=tuple(self._operator_weights()), seed=int(self.islands.rng.integers(2**31)),
             skills=self.memory.skills_for(parent.code))
-        actor = self.mutators[self._next_mutator % len(self.mutators)]
+        if source != "embedded":
+            ref, job = self.proposals.submit(source, request, self.scores, self.codes)
+            self.pending[ref] = ("llm", job, None)
+            return True
+        self._send_mutation(request)
+        return True
+
+    def _send_mutation(self, request: MutationRequest) -> None:
+        i = self._next_mutator % len(self.mutators)
         self._next_mutator += 1
-        self.pending[actor.propose.remote(request)] = ("mutate", request, None)
+        self.pending[self.mutators[i].propose.remote(request)] = ("mutate", request, i)
 
     def _operator_weights(self):
         prior = self.config.mutator.embedded.success_prior
@@ -133,7 +163,7 @@ class Search:
         return len(self.evaluators) * self.config.controller.in_flight_per_actor
 
     def _budget_left(self) -> int:
-        busy = self.in_flight("eval") + self.in_flight("mutate") + len(self.results)
+        busy = self.in_flight("eval") + self.in_flight("mutate") + self.in_flight("llm") + len(self.results)
         return self.config.run.max_evals - self.done - busy
 
     def _fill(self, searching: bool) -> None:
@@ -141,19 +171,25 @@ class Search:
             return
         if not self.codes and not self.pending and not self.results:
             self._submit_eval(Candidate(new_id(), self.run_id, 0, 0, (), self.domain.seed_program, "seed", time.time()))
-        for candidate in self.memory.warm_candidates(self.known, self._budget_left()):
-            self.known.add(candidate.code_hash)
+        for candidate in self.memory.warm_candidates(lambda code: self.dedup.check(code) is not None,
+                                                     self._budget_left()):
+            self.dedup.add(candidate.code)
             self._submit_eval(candidate)
         if self.islands.best() is None:
             return
         if self._budget_left() > 0:
             for candidate in self.memory.validation_jobs(self.done):
                 self._submit_eval(candidate, "validation")
-        while self._budget_left() > 0 and self.in_flight("eval") + self.in_flight("mutate") < self._capacity():
-            self._submit_mutation()
+        while self._budget_left() > 0 and self._submit_mutation():
+            pass
 
     def run(self) -> str:
-        """Search until the budget is spent; returns the run's final status."""
+        """Search until the budget is spent; returns the run's final status.
+
+        A full disk ends it with the error (what was committed before stands, nothing more is written).
+        """
+        if self.seed_error:
+            return "seed-failed"
         self._start_actors()
         start = time.monotonic()
         progress = Progress(self, self.config.run.max_evals, self.config.run.max_wall_s)
@@ -174,7 +210,7 @@ class Search:
                         break
                     ready, _ = ray.wait(list(self.pending), num_returns=1, timeout=0.5)
                     for ref in ready:
-                        self._handle(ref, *self.pending.pop(ref))
+                        self._handle(ref, *self.pending[ref])
                     if drain_until is not None and time.monotonic() > drain_until:
                         self._cancel_all()
                     now = time.monotonic()
@@ -188,13 +224,16 @@ class Search:
         except KeyboardInterrupt:
             status = "interrupted"
             self._cancel_all()
+        except Exception as exc:
+            self.disk_full = faults.disk_full(exc, self.run_dir)
+            self._cancel_all()
+            raise
         finally:
-            self.commit()
-            self.archive.save_snapshot(self.run_id, self._snapshot())
-            self.publish()
-        return "seed-failed" if self.seed_error else status
-
-    seed_error = ""
+            if not self.disk_full:
+                self.commit()
+                self.archive.save_snapshot(self.run_id, self._snapshot())
+                self.publish()
+        return "seed-failed" if self.seed_error else self.proposals.final_status(status, self._budget_left())
 
     def _cancel_all(self) -> None:
         """Drop in-flight work; it was never committed, so a resume redoes it."""
@@ -207,31 +246,80 @@ class Search:
 
     # --- results ------------------------------------------------------------
     def _handle(self, ref, kind: str, payload, actor: int | None) -> None:
-        if actor is not None:
-            self.load[actor] -= 1
+        if kind == "llm":
+            del self.pending[ref]
+            return self._on_llm(ref, payload)
         try:
-            value = ray.get(ref)
-        except RayActorError:
-            self.events.append(("actor-lost", {"actor": actor, "program_id": payload.program_id}))
-            self.evaluators[actor] = self._new_evaluator()
-            self._submit_eval(payload, _SPLIT[kind])
+            value = self._value(ref, kind, payload)
+        except RayActorError as exc:
+            self._actor_lost(kind, actor, exc)
             return
+        del self.pending[ref]
+        if kind != "mutate":
+            self.load[actor] -= 1
+        self._deliver(kind, payload, value)
+
+    def _value(self, ref, kind: str, payload):
+        """The job's result; our own code raising becomes a FAILED result (None for a mutation)."""
+        try:
+            return ray.get(ref)
         except RayTaskError as exc:
             self.events.append(("internal-error", {"kind": kind, "error": str(exc)[-2000:]}))
             if kind == "mutate":
-                return
-            value = EvalResult(payload.program_id, _SPLIT[kind],
-                               Status.FAILED, error=f"internal evaluator error: {str(exc)[-500:]}")
-        getattr(self, f"_on_{kind}")(payload, value)
+                return None
+            return EvalResult(payload.program_id, _split(kind), Status.FAILED,
+                              error=f"internal evaluator error: {str(exc)[-500:]}")
+
+    def _deliver(self, kind: str, payload, value) -> None:
+        if value is not None:
+            getattr(self, f"_on_{kind}")(payload, value)
+
+    # --- lost actors (what becomes of their jobs is decided in controller.faults) ----
+    def _actor_lost(self, kind: str, actor: int, exc: RayActorError) -> None:
+        """Keep what the dead actor finished, charge the job it was running, requeue the rest, replace it."""
+        mutating = kind == "mutate"
+        jobs = {ref: job[:2] for ref, job in self.pending.items() if job[2] == actor and (job[0] == "mutate") == mutating}
+        for ref in jobs:
+            del self.pending[ref]
+        self._replace(mutating, actor)
+        keys = {ref: _job_id(*job) for ref, job in jobs.items()}
+        fate = faults.triage(keys, self.deaths, *(("mutation request", "mutator") if mutating else ()))
+        for ref in fate.finished:
+            self._deliver(*jobs[ref], self._value(ref, *jobs[ref]))
+        self.events.append(("actor-lost", fate.event("mutator" if mutating else "evaluator", actor, keys, exc)))
+        for ref in fate.retry:
+            self._resend(*jobs[ref])
+        if fate.given_up is not None:
+            self._give_up(*jobs[fate.given_up], fate.reason)
+
+    def _replace(self, mutating: bool, actor: int) -> None:
+        pool = self.mutators if mutating else self.evaluators
+        faults.retire(pool[actor])
+        pool[actor] = self._new_mutator() if mutating else self._new_evaluator()
+        if not mutating:
+            self.load[actor] = 0
+
+    def _resend(self, kind: str, payload) -> None:
+        if kind == "mutate":
+            self._send_mutation(payload)
+        else:
+            self._submit_eval(payload, _split(kind))
+
+    def _give_up(self, kind: str, payload, reason: str) -> None:
+        if kind == "mutate":
+            self.events.append(("mutation-failed", {"island": payload.island, "reason": reason}))
+        else:
+            self._deliver(kind, payload, EvalResult(payload.program_id, _split(kind), Status.FAILED, error=reason))
 
     def _on_mutate(self, request: MutationRequest, proposal) -> None:
         if isinstance(proposal, str):
             self.events.append(("mutation-failed", {"island": request.island, "reason": proposal}))
             return
-        if code_hash(proposal.code) in self.known:
-            self.events.append(("duplicate", {"island": request.island, "operator": proposal.operator}))
+        why = self.dedup.check(proposal.code)
+        if why:
+            self.events.append(("duplicate", {"island": request.island, "operator": proposal.operator, "by": why}))
             return
-        self.known.add(code_hash(proposal.code))
+        self.dedup.add(proposal.code)
         candidate = Candidate(new_id(), self.run_id, request.island, request.generation, (request.parent_id,),
                               proposal.code, proposal.operator, time.time())
         self.memory.on_proposal(candidate.program_id, request.parent_id, getattr(proposal, "skill_id", ""))
@@ -242,7 +330,8 @@ class Search:
             proposed = candidate.code_hash  # kept, so a resume still knows this text was tried
             candidate = dataclasses.replace(candidate, code=write_params(candidate.code, result.tuned_params))
             result = dataclasses.replace(result, metrics={**result.metrics, "proposed_hash": proposed})
-            self.known.add(candidate.code_hash)
+            self.dedup.add(candidate.code)
+        self.proposals.on_evaluated(candidate, result, self._parent_score(candidate))
         self.results.append((candidate, result))
         parent = candidate.parent_ids[0] if candidate.parent_ids else None
         self.events += self.memory.on_search_result(candidate, result, self.codes.get(parent), self.scores.get(parent))
@@ -258,6 +347,20 @@ class Search:
             self.failures += 1
         for event in self.islands.on_generation(candidate.island):
             self.events.append(("islands", {"island": candidate.island, "what": event}))
+
+    def _on_llm(self, ref, job) -> None:
+        """An LLM job's outcome: a candidate to evaluate, an INVALID one (never evaluated), or nothing."""
+        for action in self.proposals.on_outcome(ref, job):
+            if action[0] == "eval":
+                self._submit_eval(action[1])
+            else:
+                self._on_eval(action[1], action[2])
+        self.events.extend(self.proposals.events)
+        self.proposals.events.clear()
+
+    def _parent_score(self, candidate: Candidate) -> float | None:
+        known = [self.scores.get(p) for p in candidate.parent_ids]
+        return max((score for score in known if score is not None), default=None)
 
     def _on_seed(self, candidate: Candidate, result: EvalResult) -> None:
         """The seed, or a warm start's elite, joins every island (a failed elite is only recorded)."""
@@ -307,6 +410,7 @@ class Search:
         if self.heldout:  # their programs were committed above or earlier
             self.archive.record_evaluations(self.heldout, self.run_id)
             self.heldout = []
+        self.proposals.commit()
         if self.events:
             self.archive.log_events(self.run_id, self.events)
             self.events = []
@@ -314,3 +418,23 @@ class Search:
 
     def publish(self) -> None:
         self.archive.publish_snapshot(self.run_dir / "archive.snapshot.duckdb")
+
+
+def stored_seed_error(archive, run_id: str, rows: list[dict] | None = None) -> str:
+    """Why the run's committed seed program failed ('' if it did not, or is not committed yet)."""
+    rows = archive.programs_with_scores(run_id, "search") if rows is None else rows
+    for row in rows:
+        if row["mutator"] == "seed" and row["status"] != Status.OK.value:
+            return f"{row['status']}: {(archive.evaluation(row['program_id'], 'search') or {}).get('error')}"
+    return ""
+
+
+def _split(kind: str) -> str:
+    return _SPLIT[kind]
+
+
+def _job_id(kind: str, payload) -> str:
+    """A job's identity across requeues: the program and split it evaluates, or the mutation request."""
+    if kind == "mutate":
+        return f"mutate:island {payload.island}:seed {payload.seed}"
+    return f"{_split(kind)}:{payload.program_id}"

@@ -17,12 +17,13 @@ import json
 import time
 import uuid
 from pathlib import Path
+from typing import Callable
 
 from controller.skill_learning import SkillLearner
 from controller.warm_start import plan_warm_start, stored_plan
 from store import library_records as records
 from store.library import Library, LibraryBusy, LibraryError, default_path
-from store.records import Candidate, EvalResult, Status, code_hash
+from store.records import Candidate, EvalResult, Status
 from workers.skill_edits import SkillEdit
 from workers.skills import Skill, rank_skills
 
@@ -127,12 +128,12 @@ class RunMemory:
         return {pid: (score if status == Status.OK.value else None) for pid, status, score in rows}
 
     # --- the run loop's hooks ----------------------------------------------------------------
-    def warm_candidates(self, known: set[str], budget: int) -> list[Candidate]:
+    def warm_candidates(self, tried: Callable[[str], bool], budget: int) -> list[Candidate]:
         """Elites of the warm start not yet tried in this run (at most `budget` of them)."""
         out = []
         while self.warm and len(out) < budget:
             elite = self.warm.pop(0)
-            if code_hash(elite["code"]) not in known:
+            if not tried(elite["code"]):
                 out.append(Candidate(uuid.uuid4().hex[:12], self.run_id, 0, 0, (), elite["code"], WARM, time.time()))
                 self.warm_source[out[-1].program_id] = elite
         return out

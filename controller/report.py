@@ -4,49 +4,104 @@ from __future__ import annotations
 import time
 
 import ray
+from ray.exceptions import RayActorError, RayTaskError
 from rich.table import Table
 
+from controller import faults
 from controller.actors import evaluator_count, new_evaluator
 from controller.memory import library_note
 from evaluators.secrets import replay_note
-from store.records import Candidate, Status
+from store.records import Candidate, EvalResult, Status
+
+REPORT_RETRIES = 1  # a held-out job whose evaluator died is run once more on a fresh one
 
 
-def _evaluate_all(actors, programs: dict[str, tuple[str, str]], console, on_done=None) -> tuple[dict, dict]:
+def _evaluate_all(actors, programs: dict[str, tuple[str, str]], console, new_actor,
+                  on_done=None) -> tuple[dict, dict, str]:
     """Score `programs` (label -> (program_id, code)) on the held-out split and measure the domain's
-    reference figures; returns (label -> EvalResult in `programs` order, reference).
+    reference figures; returns (label -> EvalResult in `programs` order, reference, and why the
+    reference figures are missing, or '').
 
     Each actor takes the next job as soon as it is free (held-out jobs differ by minutes);
     the reference figures go first, since they are often the longest job (SCIP's own rules).
     Prints one line per finished job and hands each result to `on_done(label, result)` as it
-    arrives, so a crash later in the report loses none of the finished ones.
+    arrives, so a crash later in the report loses none of the finished ones. A job whose code
+    raises, or whose evaluator dies (twice: it runs again on a fresh one from `new_actor`),
+    ends as a result that says so, and the rest of the table stands.
     """
     start = time.monotonic()
-    jobs = [(None, None)] + list(programs.items())
     console.print(f"[atoll] held-out: scoring {len(programs)} programs and measuring the domain's reference "
                   f"figures on {len(actors)} evaluators" if programs else
                   "[atoll] held-out: measuring the domain's reference figures")
-    results, reference, running, free = {}, None, {}, list(actors)
-    while jobs or running:
-        while jobs and free:
-            actor = free.pop(0)
-            label, program = jobs.pop(0)
-            ref = actor.reference.remote("heldout") if label is None else actor.evaluate.remote(*program, "heldout")
-            running[ref] = (label, actor)
-        ready, _ = ray.wait(list(running), num_returns=1)
-        label, actor = running.pop(ready[0])
-        free.append(actor)
+    pool = _Pool(actors, new_actor, programs)
+    results, reference = {}, ({}, "")
+    while pool.jobs or pool.running:
+        label, outcome = pool.next_done()
+        if outcome is None:
+            continue  # its evaluator died; the job went back on the queue
         elapsed = f"{time.monotonic() - start:.0f}s"
         if label is None:
-            reference = ray.get(ready[0])
-            console.print(f"[atoll] held-out: reference figures measured ({elapsed})")
+            reference = outcome
+            console.print(f"[atoll] held-out: reference figures {'FAILED' if outcome[1] else 'measured'} ({elapsed})")
             continue
-        results[label] = ray.get(ready[0])
-        console.print(f"[atoll] held-out: {label} {results[label].status.value} "
-                      f"({len(results)}/{len(programs)}, {elapsed})")
+        results[label] = outcome
+        console.print(f"[atoll] held-out: {label} {outcome.status.value} ({len(results)}/{len(programs)}, {elapsed})")
         if on_done is not None:
-            on_done(label, results[label])
-    return {label: results[label] for label in programs}, reference
+            on_done(label, outcome)
+    return {label: results[label] for label in programs}, *reference
+
+
+class _Pool:
+    """The report's evaluators, one job each at a time; what becomes of a lost one's job is
+    decided by `controller.faults`, as in the search."""
+
+    def __init__(self, actors, new_actor, programs: dict):
+        self.free, self.new_actor, self.programs = list(actors), new_actor, programs
+        self.jobs = [None, *programs]  # labels; None is the reference figures
+        self.running: dict = {}
+        self.deaths = faults.Deaths(REPORT_RETRIES)
+
+    def next_done(self):
+        """(label, outcome) of the next finished job: an EvalResult, (reference, error) for the
+        reference figures, or None when the job's evaluator died and the job was queued again."""
+        while self.jobs and self.free:
+            actor, label = self.free.pop(0), self.jobs.pop(0)
+            call = actor.reference.remote("heldout") if label is None else \
+                actor.evaluate.remote(*self.programs[label], "heldout")
+            self.running[call] = (label, actor)
+        ref = ray.wait(list(self.running), num_returns=1)[0][0]
+        label, actor = self.running.pop(ref)
+        try:
+            value = ray.get(ref)
+        except RayActorError as exc:
+            return label, self._lost(ref, label, actor, exc)
+        except RayTaskError as exc:
+            value = self._failed(label, ("the domain's reference computation raised: " if label is None else
+                                         "internal evaluator error: ") + _last_line(exc))
+        else:
+            value = (value, "") if label is None else value
+        self.free.append(actor)
+        return label, value
+
+    def _lost(self, ref, label, actor, exc):
+        faults.retire(actor)
+        self.free.append(self.new_actor())
+        job = "measurement of the reference figures" if label is None else "evaluation"
+        fate = faults.triage({ref: label or "reference"}, self.deaths, job)
+        if fate.retry:
+            self.jobs.insert(0, label)
+            return None
+        return self._failed(label, fate.reason)
+
+    def _failed(self, label, reason: str):
+        if label is None:
+            return {}, reason
+        return EvalResult(self.programs[label][0], "heldout", Status.FAILED, error=reason)
+
+
+def _last_line(exc: Exception) -> str:
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    return lines[-1][-300:] if lines else type(exc).__name__
 
 
 def _print_table(console, title: str, columns, rows, notes) -> None:
@@ -58,11 +113,20 @@ def _print_table(console, title: str, columns, rows, notes) -> None:
         console.print(note)
 
 
-def heldout_report(archive, run_id: str, domain, evaluators, console) -> dict:
+def _table(domain, results: dict, reference: dict, reference_error: str, replay_seed: int | None):
+    """The domain's table; reference figures that could not be measured become a row saying why,
+    and a replayable run says so below the domain's own notes."""
+    columns, rows, notes = domain.heldout_table(results, reference)
+    if reference_error:
+        rows = [*rows, ("reference figures", f"FAILED: {reference_error}", *[""] * (len(columns) - 2))]
+    return columns, rows, _with_replay_note(notes, replay_seed)
+
+
+def heldout_report(archive, run_id: str, domain, evaluators, console, new_actor) -> dict:
     """Score the best program and the baselines on the held-out split, store and print them.
 
     Held-out results already in the archive (an earlier report of this run, stopped
-    part-way or not) are reused, not re-evaluated.
+    part-way or not) are reused, not re-evaluated. `new_actor()` replaces an evaluator that died.
     """
     best = archive.best_program(run_id, "search")
     programs = {f"baseline: {name}": (f"baseline-{name}-{run_id}", code) for name, code in domain.baselines().items()}
@@ -74,15 +138,17 @@ def heldout_report(archive, run_id: str, domain, evaluators, console) -> dict:
         console.print(f"[atoll] held-out: {len(stored)} of {len(programs)} programs already scored, "
                       f"from the archive: {', '.join(stored)}")
     todo = {label: program for label, program in programs.items() if label not in stored}
-    scored, reference = _evaluate_all(evaluators, todo, console,
-                                      on_done=lambda label, result: _store(archive, run_id, label, todo[label], result))
+    scored, reference, reference_error = _evaluate_all(
+        evaluators, todo, console, new_actor,
+        on_done=lambda label, result: _store(archive, run_id, label, todo[label], result))
     results = {**stored, **scored}
     results = {label: results[label] for label in programs}
     reference = dict(reference, trials=search_trials(archive, run_id))
-    columns, rows, notes = domain.heldout_table(results, reference)
     run_config = (archive.get_run(run_id) or {}).get("config", {})
-    notes = _with_replay_note(notes, run_config.get("run", {}).get("replay_seed"))
-    _print_table(console, f"held-out split ({domain.name})", columns, rows, [*notes, library_note(archive, run_id)])
+    replay_seed = run_config.get("run", {}).get("replay_seed")
+    columns, rows, notes = _table(domain, results, reference, reference_error, replay_seed)
+    _print_table(console, f"held-out split ({domain.name})", columns, rows,
+                 [*notes, library_note(archive, run_id)])
     return results
 
 
@@ -128,8 +194,8 @@ def baseline_report(config, console, secrets) -> dict:
     domain = get_domain(config.domain, secrets=secrets)
     actors = [new_evaluator(config, secrets=secrets) for _ in range(evaluator_count(config))]
     programs = {f"baseline: {name}": (f"baseline-{name}", code) for name, code in domain.baselines().items()}
-    results, reference = _evaluate_all(actors, programs, console)
-    columns, rows, notes = domain.heldout_table(results, reference)
-    notes = _with_replay_note(notes, config.run.replay_seed)
-    _print_table(console, f"baselines, held-out split ({domain.name})", columns, rows, notes)
+    results, reference, error = _evaluate_all(actors, programs, console,
+                                              lambda: new_evaluator(config, secrets=secrets))
+    _print_table(console, f"baselines, held-out split ({domain.name})",
+                 *_table(domain, results, reference, error, config.run.replay_seed))
     return results

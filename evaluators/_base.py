@@ -56,6 +56,9 @@ class Domain(abc.ABC):
     name: ClassVar[str]
     entry_point: ClassVar[str] = "policy"
     config_model: ClassVar[type[BaseModel]]
+    # What each number of `Outcome.descriptors` measures, in order (MAP-Elites bins them; the
+    # config's bounds are checked against it). None: not declared, so not checked.
+    descriptor_names: ClassVar[tuple[str, ...] | None] = None
     # The run's secret randomness, set by `registry.get_domain`: every stream a score
     # depends on derives from it (never from a seed a candidate could know).
     secrets: RunSecrets
@@ -117,6 +120,17 @@ class Domain(abc.ABC):
 
         Labels are "evolved best" and "baseline: NAME".
         """
+
+    # -- for LLM prompts (workers/llm): what the model must know to write a program ----------
+    def description(self) -> str:
+        """A few sentences on the task and its score, shown in every LLM prompt."""
+        return " ".join((type(self).__doc__ or f"The {self.name} domain.").split())
+
+    def contract(self) -> str:
+        """What a program must define, receive and return; shown in every LLM prompt."""
+        return (f"Define {self.entry_point}(state, params) at the top level; it receives batches as numpy "
+                "arrays and `params` as one array per PARAMS entry, and returns numeric actions. "
+                "No file, network or process access.")
 
 
 def check_split(split: str) -> str:

@@ -199,7 +199,10 @@ class DuckDBArchive:
             work()
             self.con.execute("COMMIT")
         except BaseException:
-            self.con.execute("ROLLBACK")
+            try:
+                self.con.execute("ROLLBACK")
+            except duckdb.Error:  # a COMMIT that failed (e.g. no space left) already ended the transaction
+                pass
             raise
 
     def _insert(self, table_name: str, table: pa.Table, verb: str = "INSERT") -> None:

@@ -129,8 +129,8 @@ def test_a_warm_start_plan_takes_elites_by_search_score_and_is_kept_for_a_resume
     library.transaction(lambda con: records.replace_elites(con, "r0", elites))
     memory = RunMemory(config, archive, "r1", tmp_path / "run")
     assert [e["program_id"] for e in memory.plan["elites"]] == ["e1", "e0"]
-    first = memory.warm_candidates(known=set(), budget=10)
-    assert [c.mutator for c in first] == [WARM, WARM] and memory.warm_candidates(set(), 10) == []
+    first = memory.warm_candidates(lambda code: False, budget=10)
+    assert [c.mutator for c in first] == [WARM, WARM] and memory.warm_candidates(lambda code: False, 10) == []
     event = memory.on_search_result(first[0], _ok(first[0].program_id, -0.85), None, None)
     assert event == [("warm-start", {"program_id": first[0].program_id, "source_run": "r0",
                                      "source_program_id": "e1", "source_search_score": -0.8, "status": "OK",

@@ -75,7 +75,7 @@ def test_check_says_what_to_fix_when_the_data_ignores_the_secrets(tmp_path):
     check = atoll("check", "pricing/pricing.toml", *SMALL_DOMAIN, cwd=tmp_path, check=False)
     assert check.returncode == 1 and FAILED_CHECK.search(check.stdout)
     text = " ".join(check.stdout.split())
-    assert "the seed program scores the same on search and heldout" in text
+    assert "the seed program scores the same on search and validation" in text
     assert "the same per-instance scores under other secrets" in text and "fix the 2 that failed" in text
 
 
@@ -129,7 +129,7 @@ def test_an_entry_point_that_fails_to_import_is_one_line(installed, tmp_path):
     (["check", "pricing/pricing.toml", "--set", "domain.options.horizon=0"], "scaffold",
      "domain.options.horizon: Input should be greater than or equal to 5"),
     (["check", "pricing/pricing.toml", "--set", "domain.options.min_load=1.5"], "scaffold",
-     "domain.options: Value error, min_load 1.5 is above max_load 0.9"),
+     "domain.options: min_load 1.5 is above max_load 0.9"),
     (["new-domain", "Bad-Name"], {}, "domain name 'Bad-Name': use lowercase letters"),
     (["new-domain", "pricing"], "scaffold", "pricing/pricing.py already exists"),
 ])

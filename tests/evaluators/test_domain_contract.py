@@ -110,7 +110,8 @@ def _assert_same_measurement(name, a, b):
 
 def test_a_domain_built_with_the_same_secrets_scores_exactly_the_same(scored):
     name, evaluator, _ = scored
-    twin = Evaluator(name, TINY_OPTIONS.get(name, {}), LIMITS, secrets=evaluator.domain.secrets)
+    options = TINY_OPTIONS.get(name, {}) if isinstance(name, str) else TINY_USER
+    twin = Evaluator(name, options, LIMITS, secrets=evaluator.domain.secrets)
     seed = evaluator.domain.seed_program
     for split in ("search", "validation"):
         _assert_same_measurement(name, evaluator.evaluate("seed", seed, split), twin.evaluate("seed", seed, split))

@@ -248,6 +248,7 @@ class Control(Domain):
     name = "control"
     entry_point = "act"
     config_model = ControlConfig
+    descriptor_names = ("episode length share", "action use")
 
     def __init__(self, config: ControlConfig):
         self.config = config
@@ -342,3 +343,19 @@ class Control(Domain):
 
     def heldout_table(self, results: dict[str, EvalResult], reference: dict):
         return heldout_table(self.config, results, reference)
+
+    # -- for LLM prompts ----------------------------------------------------------------------
+
+    def description(self) -> str:
+        spec = self.spec
+        actions = (f"one of {spec.actions} discrete actions" if spec.discrete else
+                   f"{spec.actions} continuous action(s) in [{float(spec.low.min()):g}, {float(spec.high.max()):g}]")
+        return (f"Control of gymnasium's {spec.env_id}: the policy maps each observation ({spec.obs_dim} numbers) "
+                f"to {actions}. The score is the mean episode return over the search seeds (higher is better; "
+                f"{SOLVED[spec.env_id]:g} counts as solved). PARAMS are tuned on the search seeds.")
+
+    def contract(self) -> str:
+        kind = "an integer action per row" if self.spec.discrete else "a float per row (or a (rows, act_dim) array)"
+        return (f"Define act(obs, params): obs is a float32 array (rows, {self.spec.obs_dim}), one row per live "
+                f"episode; params[name] is a (rows,) array per PARAMS entry. Return {kind}; continuous actions "
+                "are clipped into the action space. Use numpy only; keep no state between calls.")

@@ -272,6 +272,7 @@ class Inventory(Domain):
 
     name = "inventory"
     config_model = InventoryConfig
+    descriptor_names = ("fill rate", "order CV")
 
     def __init__(self, config: InventoryConfig):
         self.config = config
@@ -405,3 +406,21 @@ class Inventory(Domain):
 
     def heldout_table(self, results: dict[str, EvalResult], reference: dict):
         return report.heldout_table(self.config, results, reference)
+
+    # -- for LLM prompts ----------------------------------------------------------------------
+
+    def description(self) -> str:
+        return ("Lost-sales inventory with a lead time. Each period the order placed lead_time periods ago "
+                "arrives, the policy places a new order, then random demand (mean "
+                f"{self.config.mean_demand:g}) is met from stock; unmet demand is lost at `penalty` per unit and "
+                f"stock left over costs {self.config.holding:g} per unit. The score is minus the mean over "
+                "instances of the policy's long-run cost divided by optimized base-stock's cost on the same "
+                "demand (-1.0 ties base-stock; -0.95 is 5% cheaper). PARAMS are tuned on each instance.")
+
+    def contract(self) -> str:
+        return ("Define policy(state, params) -> orders. Each call holds many rows (trajectories x trials): "
+                "state['on_hand'] is an int array (rows,), state['pipeline'] an int array (rows, lead_time) of "
+                "orders not yet arrived, oldest first; the scalars state['lead_time'], state['penalty'], "
+                "state['holding'], state['mean_demand'] and state['period'] describe the instance. "
+                "params[name] is a float array (rows,) per PARAMS entry. Return one order >= 0 per row "
+                "(an array of shape (rows,), or a scalar); orders are rounded to integers. Use numpy only.")

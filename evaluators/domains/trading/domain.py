@@ -27,7 +27,7 @@ import math
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from evaluators.domains.trading import report as trading_report
 from evaluators._base import Domain, Outcome, PolicyFn, check_split
@@ -68,12 +68,31 @@ class TradingConfig(BaseModel):
             raise ValueError(f"validation_assets {shared} are also search assets; choose others")
         return self
 
+    @field_validator("assets")
+    @classmethod
+    def _assets_exist(cls, assets: list[str], info: ValidationInfo) -> list[str]:
+        """An unknown ticker is refused when the config is loaded, not in an evaluator."""
+        if info.data.get("market", "sp500") == "sp500":
+            try:
+                load_sp500(tuple(assets))
+            except FileNotFoundError as exc:
+                raise ValueError(str(exc)) from None
+        return assets
+
+    @model_validator(mode="after")
+    def _folds_fit(self):
+        """The market must hold the holdout and at least one walk-forward fold."""
+        bars = self.synthetic.bars if self.market == "synthetic" else len(load_sp500(tuple(self.assets)).dates)
+        layout(bars, self)
+        return self
+
 
 class Trading(Domain):
     """Daily position rules on several assets, walk-forward tuned, after costs, next-bar fills."""
 
     name = "trading"
     config_model = TradingConfig
+    descriptor_names = ("exposure", "log(1 + turnover per year)")
 
     def __init__(self, config: TradingConfig):
         self.config = config
@@ -227,3 +246,17 @@ class Trading(Domain):
 
     def heldout_table(self, results: dict[str, EvalResult], reference: dict):
         return trading_report.table(results, reference, self.config)
+
+    # -- for LLM prompts ----------------------------------------------------------------------
+
+    def description(self) -> str:
+        return ("Daily trading rules: at each bar the policy sets a position in [-1, 1] per asset from past closes "
+                "only; it fills at the next close, and turnover pays costs. The score is the annualized Sharpe "
+                "ratio of the equal-weight book's walk-forward out-of-sample returns (PARAMS are tuned on each "
+                "fold's tuning years). Rules that never trade score 0.")
+
+    def contract(self) -> str:
+        return ("Define policy(state, params) -> positions. state['close'] is a float32 array (rows, lookback) of "
+                "closes up to the decision bar, divided by that bar's close (the last column is 1); "
+                "state['position'] is each row's previous position. params[name] is a (rows,) array per PARAMS "
+                "entry. Return one finite position in [-1, 1] per row (or a scalar). Use numpy only.")

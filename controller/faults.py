@@ -1,0 +1,129 @@
+"""Surviving lost actors and a full disk: the one place that decides what becomes of the work.
+
+Lost actors. Ray runs one caller's tasks on an actor one at a time, in the order
+they were submitted, so when an actor dies, the oldest of its unfinished jobs is
+the one it was running. Only that job is charged with the death; the jobs queued
+behind it never started and are requeued as they were, and jobs that finished
+before the death keep their results. A job charged more than `retries` times is
+given up: an evaluation is stored FAILED with the reason, a mutation request is
+dropped. The search loop and the held-out report both decide through `Deaths`.
+
+Ray's own task retries cannot tell the running job from the queued ones (every
+task in flight on a dead actor spends a retry), so evaluators are not restarted by
+Ray and the driver replaces them. Mutators are pure functions of their request:
+Ray restarts them and retries their requests itself (`controller.actors`), and the
+driver steps in only when Ray gives up (`ray.kill`, or a request that keeps
+killing its mutator).
+
+A full disk. A commit that finds no space stops the run: nothing more can be
+written, and what was committed before stays readable (DuckDB replays its
+write-ahead log on the next open).
+"""
+from __future__ import annotations
+
+import errno
+import shutil
+import subprocess
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import ray
+from ray.exceptions import RayActorError, RayError
+
+_FULL = ("No space left on device", "Disk quota exceeded")
+
+
+class Deaths:
+    """How many actor deaths each job was charged with, and whether it may run again."""
+
+    def __init__(self, retries: int):
+        self.retries = retries
+        self._count: Counter = Counter()
+
+    def charge(self, key) -> bool:
+        """Charge `key`'s job with one death of its actor; True while it may run again."""
+        self._count[key] += 1
+        return self._count[key] <= self.retries
+
+    def reason(self, key, job: str = "evaluation", actor: str = "evaluator") -> str:
+        """Why `key`'s job was given up, e.g. 'its evaluation killed the evaluator process twice'."""
+        n = self._count[key]
+        return f"its {job} killed the {actor} process {({1: 'once', 2: 'twice'}).get(n, f'{n} times')}"
+
+
+@dataclass
+class Triage:
+    """What becomes of a dead actor's jobs (each named by its ref)."""
+
+    finished: list = field(default_factory=list)  # finished before the death: their results stand
+    running: object = None  # the job it was running, charged with the death
+    retry: list = field(default_factory=list)  # to run again on a fresh actor, oldest first
+    given_up: object = None  # the running job, charged too often: give it up with `reason`
+    reason: str = ""
+
+    def event(self, role: str, actor: int, keys: dict, error: Exception) -> dict:
+        """The archive event that records the loss."""
+        return {"role": role, "actor": actor, "running": keys.get(self.running), "given_up": self.given_up is not None,
+                "requeued": [keys[ref] for ref in self.retry], "error": str(error)[-500:]}
+
+
+def triage(keys: dict, deaths: Deaths, job: str = "evaluation", actor: str = "evaluator") -> Triage:
+    """Sort a dead actor's jobs (ref -> the job's key, in submission order) and charge the running one."""
+    out = Triage()
+    lost = []
+    for ref in keys:
+        (out.finished if _finished(ref) else lost).append(ref)
+    if not lost:
+        return out
+    out.running, out.retry = lost[0], lost[1:]
+    if deaths.charge(keys[out.running]):
+        out.retry.insert(0, out.running)
+    else:
+        out.given_up, out.reason = out.running, deaths.reason(keys[out.running], job, actor)
+    return out
+
+
+def _finished(ref) -> bool:
+    if not ray.wait([ref], timeout=0)[0]:
+        return False
+    try:
+        ray.get(ref)
+    except RayActorError:
+        return False
+    except RayError:  # our own code raised: the job finished, with that error as its result
+        return True
+    return True
+
+
+def retire(actor) -> None:
+    """Make sure a replaced actor is gone: it may only look dead (cut off, restarting)."""
+    try:
+        ray.kill(actor, no_restart=True)
+    except (ValueError, RayError):  # already gone
+        pass
+
+
+def disk_full(exc: BaseException, run_dir: Path) -> bool:
+    """Whether `exc` says that the disk holding `run_dir` is full (DuckDB, the OS, or a failed copy)."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    if any(text in str(exc) for text in _FULL):
+        return True
+    if isinstance(exc, subprocess.CalledProcessError):  # the snapshot's copy: its message may be translated
+        return any(text in str(exc.stderr) for text in _FULL) or _no_room_for_a_copy(run_dir)
+    return False
+
+
+def _no_room_for_a_copy(run_dir: Path) -> bool:
+    try:
+        return shutil.disk_usage(run_dir).free < (run_dir / "archive.duckdb").stat().st_size
+    except OSError:
+        return False
+
+
+def disk_full_message(run_dir: Path) -> str:
+    """The one line a run stopped by a full disk ends with."""
+    return (f"the disk holding {run_dir} is full (no space left on device): the run stopped. Everything committed "
+            f"before is kept and readable (atoll status, atoll query). Free some space, then continue with: "
+            f"atoll resume {run_dir}")

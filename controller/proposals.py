@@ -1,0 +1,232 @@
+"""Proposal scheduling for the run loop: which source proposes on an island, the LLM jobs in
+flight, their accounting, and what their outcomes become (a candidate to evaluate, an INVALID
+candidate that is never evaluated, or nothing).
+
+The loop stays the one event loop: it asks `choose` before each request, sends LLM jobs
+through `submit` and hands their finished refs to `on_outcome`. Per-model in-flight limits
+are apart from the evaluators' limit, so slow calls never starve the evaluators while the
+embedded mutator (where an island allows it) keeps them busy. Budgets count calls in flight.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from collections import defaultdict, deque
+
+import numpy as np
+import ray
+from ray.exceptions import RayActorError, RayTaskError
+
+from controller.llm_choice import Arm, Budget, ModelBandit, call_cost, pick_source
+from store import llm_calls
+from store.records import Candidate, EvalResult, MutationRequest, Status
+from workers.llm.client import OK
+from workers.llm.config import EMBEDDED
+from workers.llm.feedback import from_result
+from workers.llm.prompts import PromptInput
+from workers.llm.worker import PREFIX, LLMJob, LLMOutcome
+
+INVALID_KINDS = ("unparseable", "did_not_apply", "invalid_program")
+
+
+def _id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+class Proposals:
+    """The run's proposal sources: the embedded mutator and, with `[mutator.llm]`, the models."""
+
+    def __init__(self, config, archive, run_id: str, domain, dedup):
+        self.config, self.archive, self.run_id, self.domain, self.dedup = config, archive, run_id, domain, dedup
+        self.llm = config.mutator.llm
+        self.rng = np.random.default_rng([config.run.seed, 14])
+        self.backends: dict = {}
+        self.in_flight: dict[str, int] = defaultdict(int)
+        self.reserved: dict[str, tuple] = {}
+        self.rows: list[dict] = []
+        self.parts: dict[str, str] = {}
+        self.feedback: dict = {}
+        self.events: list = []
+        self.failures: dict[str, deque] = defaultdict(lambda: deque(maxlen=self._shown_failures()))
+        if self.llm is not None:
+            self._restore()
+
+    def _shown_failures(self) -> int:
+        return max(self.llm.prompt.failures, 1) if self.llm else 1
+
+    def _restore(self) -> None:
+        """Budget, bandit and failure memory from the archive: a resume goes on where it stopped."""
+        used = llm_calls.usage(self.archive, self.run_id)
+        unit = self.llm.bandit.cost_unit
+        self.budget = Budget(self.llm.budget)
+        self.budget.spend(sum(u["calls"] for u in used.values()), sum(u["tokens"] for u in used.values()),
+                          sum(u["cost"] for u in used.values()))
+        names = {m.name for m in self.llm.models}
+        arms = {m: Arm(u["edits"], u["improvements"], {"tokens": u["tokens"], "money": u["cost"], "gpu_s": u["gpu_s"],
+                                                       "calls": u["calls"]}[unit]) for m, u in used.items() if m in names}
+        self.bandit = ModelBandit(self.llm.bandit, self.rng, arms)
+        for parent, items in llm_calls.recent_failures(self.archive, self.run_id, self._shown_failures()).items():
+            self.failures[parent].extend(items)
+
+    def start(self) -> None:
+        """Start every model's actors (servers first); a model that cannot start is a clear error."""
+        from controller.cli import UserError
+        from controller.llm_backends import Backend
+
+        for cfg in self.llm.models if self.llm else ():
+            try:
+                self.backends[cfg.name] = Backend(cfg, self.llm.max_reply_chars)
+            except (ValueError, RayActorError, RayTaskError) as exc:
+                raise UserError(f"mutator.llm model {cfg.name!r} could not start: {_last_line(exc)}") from None
+
+    # --- choosing ---------------------------------------------------------------------
+    def _models_with_room(self, evals_full: bool) -> set[str]:
+        if self.llm is None or evals_full:
+            return set()
+        return {m.name for m in self.llm.models
+                if self.in_flight[m.name] < m.max_in_flight and self.budget.allows(*self._estimate(m))}
+
+    def any_room(self, embedded_room: bool, evals_full: bool) -> bool:
+        return embedded_room or bool(self._models_with_room(evals_full))
+
+    def choose(self, island: int, embedded_room: bool, evals_full: bool) -> str | None:
+        """'embedded', a model name, or None when none of the island's sources has room."""
+        if self.llm is None:
+            return EMBEDDED if embedded_room else None
+        mix = {k: w for k, w in self.llm.island_mix(island).items() if w > 0}
+        allowed = self._models_with_room(evals_full) | ({EMBEDDED} if embedded_room else set())
+        side = pick_source(mix, allowed, self.rng)
+        if side != "llm":
+            return side
+        return self.bandit.choose({m: w for m, w in mix.items() if m != EMBEDDED and m in allowed})
+
+    def _estimate(self, cfg, prompt_chars: int = 4000) -> tuple[int, int, float]:
+        """(calls, tokens, cost) a job may spend at most, for budget reservations."""
+        calls = 2 if cfg.diagnose else 1
+        tokens_in, tokens_out = calls * prompt_chars // 4, calls * cfg.max_tokens
+        return calls, tokens_in + tokens_out, _money(cfg, tokens_in, tokens_out)
+
+    # --- submitting -------------------------------------------------------------------
+    def submit(self, model: str, request: MutationRequest, scores: dict, codes: dict):
+        """Send one job to `model`'s worker; returns (ref, job)."""
+        cfg = self.llm.model(model)
+        prompt = self._prompt_input(cfg, request, scores, codes)
+        job = LLMJob(self.run_id, request.island, request.generation, request.parent_id, _id(), model, prompt,
+                     request.seed, (_id(), _id()))
+        estimate = self._estimate(cfg, len(prompt.parent_code) * 2 + sum(len(c) for c, _ in prompt.inspirations) + 2500)
+        self.budget.reserve(*estimate)
+        self.reserved[job.child_id] = estimate
+        self.in_flight[model] += 1
+        return self.backends[model].worker.propose.remote(job), job
+
+    def _prompt_input(self, cfg, request: MutationRequest, scores: dict, codes: dict) -> PromptInput:
+        shown = self.llm.prompt
+        inspirations = tuple((code, scores.get(pid)) for pid, code in request.inspirations[:shown.inspirations])
+        failures = tuple(self.failures.get(request.parent_id, ()))[-shown.failures:] if shown.failures else ()
+        return PromptInput(self.domain.name, self.domain.description(), self.domain.contract(),
+                           self.domain.entry_point, request.parent_code,
+                           self._feedback(request.parent_id, codes.get(request.parent_id, request.parent_code)),
+                           inspirations, failures, cfg.edit_format, shown.max_code_chars)
+
+    def _feedback(self, program_id: str, code: str):
+        """The parent's search-split feedback (from memory, else from the archive's search row)."""
+        if program_id not in self.feedback:
+            row = self.archive.evaluation(program_id, "search")
+            self.feedback[program_id] = from_result(dict(row, split="search"), code,
+                                                    self.llm.prompt.worst_instances) if row else None
+        return self.feedback[program_id]
+
+    # --- outcomes ---------------------------------------------------------------------
+    def on_outcome(self, ref, job: LLMJob) -> list[tuple]:
+        """What the loop does with a finished job: ('eval', Candidate) or ('invalid', Candidate, EvalResult)."""
+        self.in_flight[job.model] -= 1
+        self.budget.reserve(*self.reserved.pop(job.child_id), sign=-1)
+        try:
+            outcome: LLMOutcome = ray.get(ref)
+        except RayActorError:
+            self.events.append(("llm-worker-lost", {"model": job.model}))
+            self.backends[job.model].replace_worker()
+            return []
+        except RayTaskError as exc:
+            self.events.append(("internal-error", {"kind": "llm", "error": str(exc)[-2000:]}))
+            return []
+        return self._route(outcome)
+
+    def _route(self, outcome: LLMOutcome) -> list[tuple]:
+        job, now = outcome.job, time.time()
+        candidate = Candidate(job.child_id, job.run_id, job.island, job.generation, (job.parent_id,),
+                              outcome.code, outcome.operator, now)
+        status, child = outcome.status, job.child_id
+        actions: list[tuple] = []
+        if status == OK:
+            why = self.dedup.check(outcome.code)
+            if why:
+                status, child = "duplicate", None
+                self.events.append(("duplicate", {"island": job.island, "operator": outcome.operator, "by": why}))
+            else:
+                self.dedup.add(outcome.code)
+                actions.append(("eval", candidate))
+        elif status in INVALID_KINDS:
+            actions.append(("invalid", candidate, EvalResult(child, "search", Status.INVALID,
+                                                             error=f"{status}: {outcome.reason}"[:2000])))
+        else:
+            child = None
+            self.events.append(("llm-call-failed", {"model": job.model, "status": status, "error": outcome.reason}))
+        self._account(outcome, status, child, now)
+        return actions
+
+    def _account(self, outcome: LLMOutcome, final: str, child: str | None, now: float) -> None:
+        job, cfg = outcome.job, self.llm.model(outcome.job.model)
+        arm, unit = self.bandit.arm(job.model), self.llm.bandit.cost_unit
+        arm.edits += 1
+        for call in outcome.calls:
+            money, gpu_s = _money(cfg, call.tokens_in, call.tokens_out), call.latency_s * cfg.gpus
+            tokens = call.tokens_in + call.tokens_out
+            self.budget.spend(1, tokens, money)
+            arm.cost += call_cost(unit, tokens, money, gpu_s)
+            self.parts.update(dict(call.parts))
+            self.rows.append({
+                "call_id": call.call_id, "run_id": job.run_id, "program_id": child, "model": job.model,
+                "completion": call.completion, "tokens_in": call.tokens_in, "tokens_out": call.tokens_out,
+                "latency_s": call.latency_s, "created_at": now, "island": job.island, "parent_id": job.parent_id,
+                "kind": call.kind, "status": final if call.kind == "edit" else call.status,
+                "error": call.error or ("the same program as one already tried"
+                                        if final == "duplicate" and call.kind == "edit" else None),
+                "cost": money, "gpu_s": gpu_s, "attempts": call.attempts, "prompt_parts": [p for p, _ in call.parts],
+                "completion_truncated": call.truncated, "tokens_estimated": call.estimated})
+
+    def on_evaluated(self, candidate: Candidate, result: EvalResult, parent_score: float | None) -> None:
+        """A search result: feedback for prompts, failure memory of its parent, the bandit's tally."""
+        if result.split != "search":
+            return
+        if result.status == Status.OK:
+            self.feedback[candidate.program_id] = from_result(vars(result), candidate.code,
+                                                              self.llm.prompt.worst_instances) if self.llm else None
+        elif candidate.parent_ids:
+            self.failures[candidate.parent_ids[0]].append((result.status.value, result.error or ""))
+        if self.llm and candidate.mutator.startswith(PREFIX) and result.status == Status.OK:
+            if parent_score is None or (result.score is not None and result.score > parent_score):
+                self.bandit.arm(candidate.mutator.removeprefix(PREFIX)).improvements += 1
+
+    def commit(self) -> None:
+        """Store the finished calls and their new prompt parts (one transaction)."""
+        if self.rows:
+            llm_calls.record_calls(self.archive, self.rows, self.parts)
+            self.rows, self.parts = [], {}
+
+    def final_status(self, status: str, evals_left: int) -> str:
+        """'llm-budget' when the run ended early because the LLM budget refused every island's source."""
+        if status == "completed" and evals_left > 0 and self.llm is not None:
+            cfg = self.llm
+            if any(not self.budget.allows(*self._estimate(m)) for m in cfg.models):
+                return "llm-budget"
+        return status
+
+
+def _money(cfg, tokens_in: int, tokens_out: int) -> float:
+    return (tokens_in * cfg.price_in_per_mtok + tokens_out * cfg.price_out_per_mtok) / 1e6
+
+
+def _last_line(exc: BaseException) -> str:
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else type(exc).__name__

@@ -1,0 +1,111 @@
+"""Run directories: one driver at a time, and an archive that always holds its run.
+
+DuckDB lets one process hold a file for writing and refuses every other open,
+read-only ones included, so a second driver (`atoll resume` or `atoll report` on a
+live run) fails before it reads or writes anything; `open_archive` turns that
+refusal into one line naming the live driver. A new run's archive is built under a
+temporary name and linked into place with its run row, so `archive.duckdb` exists
+only once it holds a run, whenever the driver is killed.
+"""
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+from controller.cli import UserError
+
+ARCHIVE = "archive.duckdb"
+
+
+def open_archive(run_dir: Path, read_only: bool = False, patience_s: float = 3.0):
+    """The run directory's archive; a live driver's lock is refused with one line, before anything is written.
+
+    A reader (`atoll status`, `atoll query`) holds a stopped run's archive for a moment; the
+    open waits out such a lock for `patience_s`, a live driver's lock is there for good.
+    """
+    from store.duckdb_archive import DuckDBArchive
+
+    if not (run_dir / ARCHIVE).is_file():
+        raise UserError(f"{run_dir} is not a run directory (no {ARCHIVE} in it)")
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            return DuckDBArchive(run_dir / ARCHIVE, read_only=read_only)
+        except Exception as exc:  # duckdb's lock error names the holder's pid; nothing was written
+            if "lock" not in str(exc).lower():
+                raise
+            if time.monotonic() > deadline:
+                raise in_use(run_dir, str(exc)) from None
+        time.sleep(0.1)
+
+
+def in_use(run_dir: Path, error: str) -> UserError:
+    """The refusal of a second driver, naming the live one from DuckDB's lock error."""
+    found = re.search(r"PID (\d+)", error)
+    pid = found.group(1) if found else "its pid"
+    return UserError(f"{run_dir} is in use by a live run (driver pid {pid}); one driver at a time: wait for it "
+                     f"to end, or stop it (Ctrl-C, or kill {pid}), then retry")
+
+
+def check_free(run_dir: Path) -> None:
+    """Refuse a directory that already holds a run (before anything starts)."""
+    if (run_dir / ARCHIVE).exists():
+        raise UserError(f"{run_dir} already holds a run; continue it with: atoll resume {run_dir}")
+
+
+def claim(name: str, given: str | None) -> Path:
+    """The given directory, or a new one under runs/ that no other run claimed (two may start in one second)."""
+    if given:
+        run_dir = Path(given)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        return run_dir
+    base = Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    for n in range(1, 1000):
+        run_dir = base.with_name(base.name + (f"-{n}" if n > 1 else ""))
+        try:
+            run_dir.mkdir(parents=True)
+            return run_dir
+        except FileExistsError:
+            continue
+    raise UserError(f"{base}: too many runs of that name started this second; give one with --run-dir")
+
+
+def create_archive(run_dir: Path, run_id: str, config: dict, text: str, setup=None):
+    """The archive with its run row (and whatever `setup(archive)` adds to it: the run's secrets,
+    its protections), built under a temporary name and linked into place: a run directory's
+    archive.duckdb always holds a whole run, whenever the driver is killed."""
+    from store.duckdb_archive import DuckDBArchive
+
+    _remove_abandoned(run_dir)
+    tmp = run_dir / f".{ARCHIVE}.{os.getpid()}.creating"
+    try:
+        with DuckDBArchive(tmp) as archive:
+            archive.create_run(run_id, config, text)
+            if setup is not None:
+                setup(archive)
+        os.link(tmp, run_dir / ARCHIVE)  # fails if another driver got there first
+    except FileExistsError:
+        raise UserError(f"{run_dir} already holds a run; continue it with: atoll resume {run_dir}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return open_archive(run_dir)
+
+
+def _remove_abandoned(run_dir: Path) -> None:
+    """Archives that killed drivers were still creating."""
+    for path in run_dir.glob(f".{ARCHIVE}.*.creating*"):
+        pid = path.name.split(".")[3]
+        if pid.isdigit() and not _alive(int(pid)):
+            path.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True

@@ -1,0 +1,31 @@
+"""Test-only ways to make a trusted process die, for the fault-tolerance tests.
+
+`KillingEvaluator` is the real evaluator, except that a program carrying `KILL_MARK`
+makes its process die by SIGKILL the moment its evaluation starts: the actor is
+really lost, mid-evaluation, as when a trusted solver crashes or the kernel's OOM
+killer picks the evaluator. Ray workers import it from the project root.
+"""
+import os
+import signal
+
+import ray
+
+from controller.actors import EVALUATOR_OPTIONS
+from evaluators.evaluator import Evaluator
+
+KILL_MARK = "# this program kills its evaluator process (test)"
+
+
+class KillingEvaluator(Evaluator):
+    def evaluate(self, program_id: str, code: str, split: str):
+        if KILL_MARK in code:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().evaluate(program_id, code, split)
+
+
+KillingEvaluatorActor = ray.remote(**EVALUATOR_OPTIONS)(KillingEvaluator)
+
+
+def killing_evaluator(config, hide=(), secrets=None):
+    """Built like `controller.actors.new_evaluator`, with the same Ray options."""
+    return KillingEvaluatorActor.remote(config.domain, {}, config.evaluator.sandbox, hide, secrets)

@@ -1,0 +1,199 @@
+"""Faults survived by the real CLI (subprocesses, real Ray, DuckDB and sandboxes, tiny inventory runs).
+
+Two runs at once; a second driver on a live run directory; a failing reference
+computation in the report; a full disk; a chain of kill -9 at random moments; bad
+input refused before the run exists.
+"""
+import errno
+import os
+import random
+import signal
+import subprocess
+import time
+
+import pytest
+
+from store.query import QueryError
+from tests.controller.runs import (CONFIG, TINY, atoll, committed_ids, counts, kill_group, proposed_texts,
+                                   start, wait_for_evaluations)
+
+ONE_ACTOR = [*TINY, "--set", "evaluator.actors=1"]
+
+
+def _one_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in text, text
+    return lines[0]
+
+
+@pytest.mark.timeout(600)  # minutes on a busy 2-core machine
+def test_two_runs_at_once_finish_and_a_second_driver_on_a_live_run_is_refused(tmp_path):
+    a_dir, b_dir = tmp_path / "a", tmp_path / "b"
+    (tmp_path / "a-file").write_text("")  # the report's reference figures cannot be cached under it: they fail
+    a = start(tmp_path, "run", CONFIG, "--run-dir", a_dir, "--max-evals", 8, "--no-report", *ONE_ACTOR)
+    try:
+        b = start(tmp_path, "run", CONFIG, "--run-dir", b_dir, "--max-evals", 5, *ONE_ACTOR,
+                  ATOLL_CACHE_DIR=str(tmp_path / "a-file" / "cache"))
+    except BaseException:
+        kill_group(a)
+        raise
+    try:
+        wait_for_evaluations(a_dir, 2, a)
+        os.kill(a.pid, signal.SIGSTOP)  # A's driver holds its directory, however fast A would finish
+        try:
+            for args in (["resume", a_dir], ["report", a_dir]):
+                out = atoll(tmp_path, *args)
+                assert out.returncode == 2, out
+                assert f"{a_dir} is in use by a live run (driver pid {a.pid})" in _one_line(out.stderr)
+            again = atoll(tmp_path, "run", CONFIG, "--run-dir", a_dir)
+            assert again.returncode == 2 and "already holds a run" in _one_line(again.stderr)
+        finally:
+            os.kill(a.pid, signal.SIGCONT)
+        a_out, a_err = a.communicate(timeout=400)
+        b_out, b_err = b.communicate(timeout=400)
+    finally:
+        kill_group(a)
+        kill_group(b)
+    assert a.returncode == 0 and b.returncode == 0, (a_err, b_err)
+    assert counts(a_dir) == (8, 8) and counts(b_dir) == (5, 5)
+    status = atoll(tmp_path, "query", a_dir, "SELECT status FROM runs", "--json")
+    assert status.stdout.strip() == '{"status": "completed"}'  # one run row, ended by its own driver
+    assert "reference figures FAILED" in b_out and "Not a directory" in b_out
+    assert "evolved best" in b_out and "baseline: optimized base-stock" in b_out and "Traceback" not in b_err
+
+
+def _fill(disk) -> object:
+    """Write zeros on `disk` until no byte is left."""
+    filler = disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:
+        for size in (1 << 20, 1 << 12, 1):
+            try:
+                while True:
+                    os.write(fd, b"\0" * size)
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+    finally:
+        os.close(fd)
+    return filler
+
+
+@pytest.mark.timeout(600)  # minutes on a busy 2-core machine
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs for the run directory needs root")
+def test_a_full_disk_stops_the_run_cleanly_and_resume_finishes_once_space_is_free(tmp_path):
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(disk)], capture_output=True,
+                             text=True)
+    if mounted.returncode != 0:  # root without CAP_SYS_ADMIN, e.g. in some containers
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        run_dir = disk / "run"
+        proc = start(tmp_path, "run", CONFIG, "--run-dir", run_dir, "--max-evals", 14, "--no-report", *TINY)
+        try:
+            seen = wait_for_evaluations(run_dir, 3, proc)
+            filler = _fill(disk)
+            _, err = proc.communicate(timeout=120)
+        finally:
+            kill_group(proc)
+        last = err.strip().splitlines()[-1]
+        assert proc.returncode == 1 and "Traceback" not in err, err
+        assert last == (f"atoll: the disk holding {run_dir} is full (no space left on device): the run stopped. "
+                        "Everything committed before is kept and readable (atoll status, atoll query). Free some "
+                        f"space, then continue with: atoll resume {run_dir}")
+        kept = committed_ids(run_dir)  # read while the disk is still full
+        assert len(kept) >= seen
+        assert "atoll resume" in atoll(tmp_path, "status", run_dir).stdout
+        filler.unlink()
+        done = atoll(tmp_path, "resume", run_dir, "--no-report")
+        assert done.returncode == 0, done.stderr
+        assert counts(run_dir) == (14, 14) and kept <= committed_ids(run_dir)
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def _kill_at_a_random_moment(proc, run_dir, rng, done_before: int) -> str | None:
+    """Kill -9 the driver's process group at a random moment; None if it finished first.
+
+    Half the moments are counted from the start (loading, Ray, the archive, the seed), half
+    from the run's next committed evaluation (mid-search: commits, snapshots, evaluations),
+    so both kinds are hit however fast the machine is.
+    """
+    if rng.random() < 0.5:
+        moment, anchor = rng.uniform(0.3, 8.0), "start"
+    else:
+        moment, anchor = rng.uniform(0.0, 2.5), "progress"
+        while proc.poll() is None and _live_count(run_dir) <= done_before:
+            time.sleep(0.1)
+    try:
+        proc.wait(timeout=moment)
+        return None
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        return f"{moment:.2f}s after {anchor}"
+
+
+def _live_count(run_dir) -> int:
+    try:
+        return counts(run_dir)[0]
+    except QueryError:
+        return 0
+
+
+@pytest.mark.timeout(900)  # minutes on a busy 2-core machine
+def test_a_chain_of_kill_9_at_random_moments_loses_nothing_and_completes_the_budget_exactly(tmp_path):
+    seed = int.from_bytes(os.urandom(4), "little")
+    rng, run_dir, budget = random.Random(seed), tmp_path / "run", 16
+    first = ["run", CONFIG, "--run-dir", run_dir, "--max-evals", budget, "--no-report", *TINY]
+    kept, kills, proc = set(), [], None
+    while len(kills) < 6:
+        resume = (run_dir / "archive.duckdb").exists()
+        proc = start(tmp_path, *(["resume", run_dir, "--no-report"] if resume else first))
+        kill = _kill_at_a_random_moment(proc, run_dir, rng, len(kept))
+        ids = committed_ids(run_dir)
+        assert kept <= ids, f"a committed evaluation was lost (seed {seed}, kills {kills + [kill]})"
+        kept = ids
+        if kill is None:
+            break  # the run finished before the kill
+        kills.append(kill)
+    context = f"(seed {seed}, kills {kills})"
+    if proc.returncode == -9:
+        done = atoll(tmp_path, "resume", run_dir, "--no-report")
+        assert done.returncode == 0, (done.stderr, context)
+    else:
+        assert proc.returncode == 0, (proc.communicate(), context)
+    assert counts(run_dir) == (budget, budget), context
+    assert proposed_texts(run_dir) == budget, context  # no program text was evaluated twice
+    assert kept <= committed_ids(run_dir), context
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["configs/trading_sp500.toml", "--set", 'domain.options.assets=["SP500", "NOPE"]'],
+     "domain.options.assets: unknown assets ['NOPE']"),
+    (["configs/trading_synthetic.toml", "--set", "domain.options.synthetic.bars=1500"],
+     "domain.options: the market has 1500 bars: too few for lookback"),
+    ([CONFIG, "--set", "islands.niche=map_elites", "--set", "islands.descriptor_bounds=[[0, 1], [0, 1], [0, 1]]"],
+     "islands.descriptor_bounds: 3 [low, high] pairs, but domain 'inventory' reports 2 descriptors"),
+    (["configs/milp_setcover.toml", "--set", "domain.options.search_size=huge"],
+     "domain.options: search_size 'huge' is not a size of setcover"),
+    ([CONFIG, "--max-evals", "0"], "run.max_evals: Input should be greater than or equal to 1"),
+    ([CONFIG, "--ray-address", "127.0.0.1:1"], "--ray-address 127.0.0.1:1: no Ray cluster answers at 127.0.0.1:1"),
+    ([CONFIG, "--ray-address", "not an address"], "--ray-address 'not an address': not an address"),
+])
+def test_bad_input_is_refused_before_the_run_exists(tmp_path, args, needle):
+    run_dir = tmp_path / "run"
+    out = atoll(tmp_path, "run", *args, "--run-dir", run_dir, timeout=60)
+    assert out.returncode == 2 and needle in _one_line(out.stderr), out.stderr
+    assert not run_dir.exists()
+
+
+def test_resuming_a_run_whose_seed_failed_says_so(tmp_path):
+    run_dir = tmp_path / "run"
+    out = atoll(tmp_path, "run", CONFIG, "--run-dir", run_dir, *TINY, "--set", "evaluator.sandbox.wall_s=0.05")
+    assert out.returncode == 2 and "the seed program failed (TIMEOUT" in out.stderr
+    again = atoll(tmp_path, "resume", run_dir, timeout=60)
+    assert again.returncode == 2
+    assert "the run's seed program failed (TIMEOUT" in _one_line(again.stderr)
+    status = atoll(tmp_path, "status", run_dir)
+    assert "seed-failed" in status.stdout and "atoll resume" not in status.stdout

@@ -1,0 +1,133 @@
+"""The real entry point with LLM models behind a scripted chat-completions server on loopback:
+good diffs, rewrites, broken diffs, prose, contract breaks, 429s, 500s, hangs and slow replies
+each end in their status or a retry, nothing stalls, the run finishes and the accounts add up."""
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from store.query import run_query
+from tests.tiny import TINY_INVENTORY
+from tests.workers.scripted_llm import ScriptedLLM, hang, parent_code, reply, slow, status
+
+ROOT = Path(__file__).resolve().parents[2]
+SECRET = "sk-test-DO-NOT-STORE-4711"
+
+
+def good_diff(prompt):
+    code = parent_code(prompt)
+    line = [ln for ln in code.splitlines() if ln.startswith("    return ")][-1]
+    expr = line.removeprefix("    return ")
+    return f"Cap it:\n```\n<<<<<<< SEARCH\n{line}\n=======\n    return np.maximum({expr}, 0)\n>>>>>>> REPLACE\n```"
+
+
+def rewrite(prompt):
+    return "```python\n" + parent_code(prompt) + "\n\ndef _unused(x):\n    return x\n```"
+
+
+SCRIPT = [reply(good_diff), reply(rewrite), reply("<<<<<<< SEARCH\n    return nothing_like_this\n=======\n    return 1\n"
+                                                   ">>>>>>> REPLACE"),
+          reply("Lowering the level should reduce holding cost."), reply("```python\ndef policy(state):\n    return 1\n```"),
+          status(429), reply(good_diff), status(500), reply(good_diff), hang(3), hang(3), slow(0.3, rewrite),
+          reply("```python\ndef policy(state, params):\n    return (\n```")]
+
+
+def _config(tmp_path, url, budget_calls=None, embedded=1.0) -> Path:
+    options = "\n".join(f"{k} = {v}" for k, v in TINY_INVENTORY.items())
+    budget = f"\n[mutator.llm.budget]\ncalls = {budget_calls}\n" if budget_calls else ""
+    path = tmp_path / "llm.toml"
+    path.write_text(f"""
+[run]
+name = "llm-test"
+max_evals = 24
+max_wall_s = 200
+[domain]
+name = "inventory"
+[domain.options]
+{options}
+[islands]
+count = 2
+[evaluator]
+actors = 1
+[controller]
+commit_every_s = 0.2
+heldout_on_new_best = true
+[mutator.llm]
+weights = {{embedded = {embedded}}}
+island_weights = {{0 = {{embedded = 0}}}}
+[mutator.llm.prompt]
+failures = 3
+[[mutator.llm.models]]
+backend = "openai"
+name = "scripted"
+model = "scripted-1"
+base_url = "{url}"
+api_key_env = "ATOLL_TEST_SECRET"
+timeout_s = 0.5
+max_retries = 1
+max_in_flight = 3
+{budget}""")
+    return path
+
+
+def _atoll(tmp_path, *args, timeout=300):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), ATOLL_CACHE_DIR=str(tmp_path / "cache"), ATOLL_TEST_SECRET=SECRET)
+    return subprocess.run([sys.executable, "-m", "controller", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _rows(run_dir, sql):
+    return run_query(run_dir, sql)[1]
+
+
+def test_scripted_replies_each_end_in_their_status_and_the_run_finishes(tmp_path):
+    run_dir = tmp_path / "run"
+    with ScriptedLLM(SCRIPT, cycle=True) as server:
+        out = _atoll(tmp_path, "run", str(_config(tmp_path, server.url)), "--run-dir", str(run_dir))
+        requests = len(server.requests)
+    assert out.returncode == 0, out.stderr
+    assert "search completed: 24 evaluations" in out.stdout and "LLM calls by model" in out.stdout
+    statuses = dict(_rows(run_dir, "SELECT status, count(*) FROM llm_calls GROUP BY 1"))
+    assert {"ok", "unparseable", "did_not_apply", "invalid_program", "timeout"} <= set(statuses), statuses
+    # every HTTP attempt the server saw is one call's attempt; in-flight calls drained before the end
+    assert _rows(run_dir, "SELECT sum(attempts) FROM llm_calls")[0][0] == requests
+    assert _rows(run_dir, "SELECT count(*) FROM llm_calls WHERE attempts = 2 AND status <> 'timeout'")[0][0] >= 1
+    # INVALID candidates carry their reason and were never evaluated
+    invalid = _rows(run_dir, "SELECT e.error, e.duration_s FROM evaluations e JOIN programs p USING (program_id) "
+                             "WHERE p.mutator = 'llm:scripted' AND e.status = 'INVALID'")
+    kinds = {error.split(":")[0] for error, _ in invalid}
+    assert kinds == {"unparseable", "did_not_apply", "invalid_program"} and all(d == 0 for _, d in invalid)
+    # every ok call's child was evaluated; every call row's figures are there
+    assert _rows(run_dir, "SELECT count(*) FROM llm_calls c LEFT JOIN evaluations e ON e.program_id = c.program_id "
+                          "AND e.split = 'search' WHERE c.status = 'ok' AND e.status IS NULL")[0][0] == 0
+    assert _rows(run_dir, "SELECT count(*) FROM llm_calls WHERE status = 'ok' AND tokens_in > 0 "
+                          "AND latency_s > 0 AND model = 'scripted'")[0][0] == statuses["ok"]
+    # a failure's reason reaches the next prompt on the same parent
+    prompts = [p for (p,) in _rows(run_dir, "SELECT prompt FROM llm_prompts")]
+    assert any("Recent failed attempts" in p and re.search(r"(unparseable|did_not_apply|invalid_program): ", p)
+               for p in prompts)
+    # shared prompt parts are stored once: fewer parts than calls x parts per call
+    parts, refs = _rows(run_dir, "SELECT (SELECT count(*) FROM llm_prompt_parts), "
+                                 "(SELECT sum(len(prompt_parts)) FROM llm_calls)")[0]
+    assert parts < refs
+    # held-out results never reach a prompt
+    heldout = [s for (s,) in _rows(run_dir, "SELECT score FROM evaluations WHERE split = 'heldout' AND score IS NOT NULL")]
+    assert heldout and not any(f"{s:.6g}" in p for s in heldout for p in prompts)
+    # the key is used, never stored or printed
+    assert SECRET not in out.stdout + out.stderr and SECRET.encode() not in (run_dir / "archive.duckdb").read_bytes()
+    status_out = _atoll(tmp_path, "status", str(run_dir))
+    assert "LLM calls by model" in status_out.stdout and "llm:scripted" in status_out.stdout
+
+
+def test_the_call_budget_stops_requests_and_a_resume_keeps_what_is_left(tmp_path):
+    run_dir = tmp_path / "run"
+    with ScriptedLLM([reply(good_diff), reply(rewrite)], cycle=True) as server:
+        config = _config(tmp_path, server.url, budget_calls=4, embedded=0.0)
+        first = _atoll(tmp_path, "run", str(config), "--run-dir", str(run_dir), "--no-report")
+        assert first.returncode == 0, first.stderr
+        assert "search llm-budget" in first.stdout
+        assert _rows(run_dir, "SELECT count(*) FROM llm_calls")[0][0] == 4 == len(server.requests)
+        again = _atoll(tmp_path, "resume", str(run_dir), "--no-report", "--set", "mutator.llm.budget.calls=6")
+        assert again.returncode == 0, again.stderr
+        assert _rows(run_dir, "SELECT count(*) FROM llm_calls")[0][0] == 6 == len(server.requests)

@@ -1,0 +1,68 @@
+"""The proposal scheduler's state lives in the archive: a resume rebuilds the budget, the model
+bandit (also when the new config adds or drops a model) and the failure memory."""
+import time
+
+from controller.config import validate
+from controller.dedup import Dedup
+from controller.proposals import Proposals
+from evaluators.registry import get_domain
+from store import llm_calls
+from store.duckdb_archive import DuckDBArchive
+from store.records import Candidate, EvalResult, Status
+
+RUN = "run-1"
+
+
+def _config(models, budget=None):
+    llm = {"models": [{"backend": "openai", "name": n, "base_url": "http://127.0.0.1:1/v1", "model": n}
+                      for n in models], "budget": budget or {}}
+    return validate({"domain": {"name": "inventory"}, "mutator": {"llm": llm}})
+
+
+def _call(call_id, model, program_id, parent, tokens, status="ok"):
+    return {"call_id": call_id, "run_id": RUN, "program_id": program_id, "model": model, "completion": "x",
+            "tokens_in": tokens, "tokens_out": 10, "latency_s": 1.0, "created_at": time.time(), "island": 0,
+            "parent_id": parent, "kind": "edit", "status": status, "error": None, "cost": 0.0, "gpu_s": 0.0,
+            "attempts": 1, "prompt_parts": ["p1", "p2"], "completion_truncated": False, "tokens_estimated": False}
+
+
+def _archive(tmp_path):
+    archive = DuckDBArchive(tmp_path / "archive.duckdb")
+    archive.create_run(RUN, {})
+    now = time.time()
+    progs = [Candidate("seed", RUN, 0, 0, (), "def policy(s, p):\n    return 1\n", "seed", now),
+             Candidate("c1", RUN, 0, 1, ("seed",), "def policy(s, p):\n    return 2\n", "llm:a", now),
+             Candidate("c2", RUN, 0, 1, ("seed",), "oops", "llm:b", now)]
+    results = [EvalResult("seed", "search", Status.OK, score=-1.0), EvalResult("c1", "search", Status.OK, score=-0.9),
+               EvalResult("c2", "search", Status.INVALID, error="unparseable: no code")]
+    archive.record(list(zip(progs, results)))
+    llm_calls.record_calls(archive, [_call("k1", "a", "c1", "seed", 500), _call("k2", "b", "c2", "seed", 900,
+                                                                                 "unparseable")],
+                           {"p1": "system text", "p2": "parent text"})
+    return archive
+
+
+def test_resume_rebuilds_budget_bandit_and_failures_and_follows_model_changes(tmp_path):
+    archive = _archive(tmp_path)
+    domain = get_domain("inventory")
+    kept = Proposals(_config(["a", "b"], {"tokens": 1500}), archive, RUN, domain, Dedup())
+    assert (kept.budget.calls, kept.budget.tokens) == (2, 1420)
+    assert not kept.budget.allows(1, 100, 0.0)  # 80 tokens left
+    assert (kept.bandit.arms["a"].edits, kept.bandit.arms["a"].improvements, kept.bandit.arms["a"].cost) == (1, 1, 510)
+    assert (kept.bandit.arms["b"].edits, kept.bandit.arms["b"].improvements) == (1, 0)
+    assert list(kept.failures["seed"]) == [("INVALID", "unparseable: no code")]
+    changed = Proposals(_config(["a", "c"]), archive, RUN, domain, Dedup())  # drops b, adds c
+    assert set(changed.bandit.arms) == {"a"} and changed.bandit.arms["a"].improvements == 1
+    assert changed.bandit.choose({"a": 1.0, "c": 1.0}) in {"a", "c"}  # c starts from its prior
+    assert changed.budget.tokens == 1420  # spending by a dropped model still counts against the budget
+
+
+def test_prompt_parts_are_stored_once(tmp_path):
+    archive = _archive(tmp_path)
+    llm_calls.record_calls(archive, [_call("k3", "a", None, "seed", 100)], {"p1": "system text", "p2": "parent text"})
+    parts = archive.con.execute("SELECT count(*) FROM llm_prompt_parts").fetchall()[0][0]
+    prompt = archive.con.execute("SELECT prompt FROM llm_prompts WHERE call_id = 'k3'").fetchall()[0][0]
+    assert parts == 2 and prompt == "system textparent text"
+    usage = archive.con.execute("SELECT model, calls, ok, unparseable, children_ok, improvements FROM llm_usage "
+                                "ORDER BY model").fetchall()
+    assert usage == [("a", 2, 2, 0, 1, 1), ("b", 1, 0, 1, 0, 0)]

@@ -1,0 +1,64 @@
+"""Run directories and cluster addresses: refusals come before anything is started or written."""
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from controller import rundir
+from controller.address import check_address
+from controller.cli import UserError
+from store.duckdb_archive import DuckDBArchive
+
+
+def test_runs_started_in_the_same_second_claim_distinct_directories(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(time, "strftime", lambda fmt: "20260101-120000")  # both in one second
+    first, second = rundir.claim("inv", None), rundir.claim("inv", None)
+    assert first != second and first.is_dir() and second.is_dir()
+    assert second.name == "inv-20260101-120000-2"
+
+
+def test_the_archive_appears_with_its_run_and_only_once(tmp_path):
+    abandoned = tmp_path / ".archive.duckdb.999999999.creating"  # a driver killed while creating it
+    abandoned.write_text("")
+    with rundir.create_archive(tmp_path, "r1", {"run": {"name": "x"}}, "") as archive:
+        assert archive.get_run("r1")["status"] == "created"
+    assert not abandoned.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["archive.duckdb"]
+    with pytest.raises(UserError, match="already holds a run; continue it with: atoll resume"):
+        rundir.create_archive(tmp_path, "r2", {"run": {"name": "x"}}, "")
+    with DuckDBArchive(tmp_path / "archive.duckdb", read_only=True) as archive:
+        assert archive.latest_run_id() == "r1"
+
+
+def test_a_second_driver_is_refused_with_the_live_drivers_pid(tmp_path):
+    with DuckDBArchive(tmp_path / "archive.duckdb") as archive:
+        archive.create_run("r1", {"run": {"name": "x"}}, "")
+    holder = subprocess.Popen([sys.executable, "-c", "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); "
+                               "print('held', flush=True); time.sleep(60)", str(tmp_path / "archive.duckdb")],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(UserError) as refused:
+            rundir.open_archive(tmp_path, patience_s=0.3)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert str(refused.value).startswith(f"{tmp_path} is in use by a live run (driver pid {holder.pid})")
+    with rundir.open_archive(tmp_path) as archive:  # untouched, and free again once the holder is gone
+        assert archive.get_run("r1")["status"] == "created"
+
+
+def test_an_address_where_nothing_answers_is_refused_and_a_listening_one_passes():
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        port = server.getsockname()[1]
+        with pytest.raises(UserError, match=f"no Ray cluster answers at 127.0.0.1:{port}"):
+            check_address(f"127.0.0.1:{port}")  # bound, not listening: refused
+        server.listen()
+        check_address(f"127.0.0.1:{port}")
+        check_address(f"ray://127.0.0.1:{port}")
+    for bad in ("nonsense", "host:", "host:99999", ":6379"):
+        with pytest.raises(UserError, match="not an address; expected HOST:PORT"):
+            check_address(bad)

@@ -1,0 +1,118 @@
+"""A real HTTP server on loopback that speaks chat completions and replays scripted behaviour.
+
+The double for LLM error cases only (the real model is tested elsewhere). Each request
+takes the next step of the script (cycling when `cycle`): a reply text, or a callable
+that builds one from the request's prompt, an HTTP status, a hang, or a slow reply.
+Every answer goes out in one write, so loopback adds no small-packet delay.
+"""
+from __future__ import annotations
+
+import json
+import re
+import threading
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: str  # "reply", "status", "hang", "slow", "no_usage"
+    value: object = None  # reply text or callable(prompt) -> text; HTTP status; seconds
+    delay: float = 0.0
+
+
+def reply(text) -> Step:
+    return Step("reply", text)
+
+
+def status(code: int) -> Step:
+    return Step("status", code)
+
+
+def hang(seconds: float) -> Step:
+    return Step("hang", seconds)
+
+
+def slow(seconds: float, text) -> Step:
+    return Step("slow", text, seconds)
+
+
+def parent_code(prompt: str) -> str:
+    """The current program shown in a prompt."""
+    found = re.search(r"## Current program\n```python\n(.*?)```", prompt, re.S)
+    return found.group(1) if found else ""
+
+
+class ScriptedLLM:
+    """Serve `script` on 127.0.0.1; `requests` keeps every request body received."""
+
+    def __init__(self, script: list[Step], cycle: bool = False):
+        self.script, self.cycle, self.requests, self.count = list(script), cycle, [], 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                self._send(200, {"status": "ok"})
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                step = outer._next(body)
+                prompt = "".join(m["content"] for m in body["messages"])
+                if step.kind == "status":
+                    return self._send(step.value, {"error": {"message": f"scripted {step.value}"}},
+                                      {"retry-after-ms": "5"})
+                if step.kind == "hang":
+                    outer._stop.wait(step.value)
+                    return self.close_connection
+                if step.kind == "slow":
+                    outer._stop.wait(step.delay)
+                text = step.value(prompt) if callable(step.value) else step.value
+                payload = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                           "choices": [{"index": 0, "finish_reason": "stop",
+                                        "message": {"role": "assistant", "content": text}}]}
+                if step.kind != "no_usage":
+                    payload["usage"] = {"prompt_tokens": len(prompt) // 4, "completion_tokens": len(text) // 4,
+                                        "total_tokens": len(prompt) // 4 + len(text) // 4}
+                self._send(200, payload)
+
+            def _send(self, code, payload, headers=None):
+                data = json.dumps(payload).encode()
+                extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+                head = (f"HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"
+                        f"{extra}\r\n").encode()
+                try:
+                    self.wfile.write(head + data)
+                except OSError:
+                    pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def _next(self, body) -> Step:
+        with self._lock:
+            self.requests.append(body)
+            index = self.count
+            self.count += 1
+        if index >= len(self.script) and not self.cycle:
+            return Step("status", 503)
+        return self.script[index % len(self.script)]
+
+    def close(self) -> None:
+        self._stop.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,67 @@
+"""The GPU model server's interface on CPU: the batched transformers engine (the stand-in where
+vLLM is not installed) with a tiny random model, and vLLM's command line. The real vLLM server
+is the opt-in test in test_vllm_cpu.py."""
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from tests.workers.tiny_model import save_tiny_model  # noqa: E402
+from workers.llm.config import VLLMModel  # noqa: E402
+from workers.llm.local_server import healthy  # noqa: E402
+from workers.llm.prompts import PromptInput  # noqa: E402
+from workers.llm.vllm_server import VLLMServer, has_vllm, vllm_command  # noqa: E402
+from workers.llm.worker import LLMJob, LLMWorker  # noqa: E402
+
+PARENT = "def policy(state, params):\n    return 1\n"
+
+
+@pytest.fixture(scope="module")
+def engine_server(tmp_path_factory):
+    folder = save_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+    cfg = VLLMModel(name="tiny", model_path=folder, engine="transformers", gpus=0, max_batch=8, max_tokens=16,
+                    max_in_flight=6, startup_timeout_s=120)
+    server = VLLMServer(cfg, check_every_s=0.5)
+    yield server, cfg
+    server.shutdown()
+
+
+def test_concurrent_requests_are_generated_in_batches_with_real_token_counts(engine_server):
+    server, cfg = engine_server
+    assert server.engine == "transformers"
+    worker = LLMWorker(cfg, server.root + "/v1")
+    prompt = PromptInput("toy", "A toy.", "Define policy(state, params).", "policy", PARENT, None)
+    jobs = [LLMJob("r", 0, 1, "p", f"c{i}", "tiny", prompt, i, ("d", "e")) for i in range(6)]
+    with ThreadPoolExecutor(6) as pool:
+        outcomes = list(pool.map(worker.propose, jobs))
+    calls = [o.calls[-1] for o in outcomes]
+    assert all(c.tokens_in > 50 and 0 < c.tokens_out <= 16 for c in calls), calls
+    assert {o.status for o in outcomes} <= {"unparseable", "invalid_program", "did_not_apply", "ok"}
+    batches = server._http.engine.batches
+    assert sum(batches) >= 6 and max(batches) > 1  # several requests shared one generate() call
+
+
+def test_the_watchdog_restarts_a_dead_engine(engine_server):
+    server, _ = engine_server
+    before = server.restarts
+    server.kill_for_test()
+    deadline = time.monotonic() + 120
+    while not (server.restarts > before and healthy(server.root)):
+        assert time.monotonic() < deadline, "the engine did not come back"
+        time.sleep(0.1)
+
+
+def test_vllm_command_line_follows_the_config(tmp_path):
+    cfg = VLLMModel(name="coder", model_path=tmp_path, tensor_parallel=2, max_model_len=8192,
+                    gpu_memory_utilization=0.9, extra_args=("--enforce-eager",))
+    cmd = vllm_command(cfg, "/venv/bin/python", 8123)
+    assert cmd[:3] == ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    joined = " ".join(cmd)
+    for part in ("--tensor-parallel-size 2", "--max-model-len 8192", "--gpu-memory-utilization 0.9",
+                 "--enable-prefix-caching", "--served-model-name coder", "--host 127.0.0.1", "--port 8123",
+                 "--enforce-eager"):
+        assert part in joined
+    assert not has_vllm(str(tmp_path / "no-such-python"))  # 'auto' then falls back to transformers

@@ -1,0 +1,53 @@
+"""The chat client against a real local HTTP server: each behaviour ends in the right status."""
+import time
+
+import pytest
+
+from tests.workers.scripted_llm import ScriptedLLM, Step, hang, reply, slow, status
+from workers.llm.client import ChatClient, api_key
+
+MESSAGES = [{"role": "user", "content": "hello there"}]
+
+
+def _client(url, timeout_s=1.0, retries=2):
+    return ChatClient(url, "m", "secret-key", timeout_s, retries, max_tokens=32, temperature=0.0)
+
+
+@pytest.mark.parametrize("script, want, attempts", [
+    ([reply("fine")], "ok", 1),
+    ([status(429), reply("fine")], "ok", 2),
+    ([status(500), status(502), reply("fine")], "ok", 3),
+    ([status(500), status(500), status(500)], "http_error", 3),
+    ([status(400)], "http_error", 1),
+    ([hang(5), hang(5), hang(5)], "timeout", 3),
+    ([hang(5), reply("fine")], "ok", 2),
+    ([slow(0.3, "late but fine")], "ok", 1),
+])
+def test_each_behaviour_ends_in_the_right_status_or_retry(script, want, attempts):
+    with ScriptedLLM(script) as server:
+        start = time.monotonic()
+        result = _client(server.url, timeout_s=0.5).chat(MESSAGES)
+        assert (result.status, result.attempts) == (want, attempts), result
+        assert len(server.requests) == attempts
+        assert time.monotonic() - start < 10  # a hang ends at the timeout, retries included
+    if want == "ok":
+        assert result.text and result.tokens_in > 0 and result.latency_s > 0
+
+
+def test_missing_usage_is_estimated_and_flagged():
+    with ScriptedLLM([Step("no_usage", "some reply text here")]) as server:
+        result = _client(server.url).chat(MESSAGES)
+    assert result.status == "ok" and result.estimated_tokens and result.tokens_out == len("some reply text here") // 4
+
+
+def test_api_key_comes_from_env_or_file_and_is_never_in_the_result(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATOLL_TEST_KEY", "sk-env-123")
+    assert api_key("ATOLL_TEST_KEY", None) == "sk-env-123"
+    (tmp_path / "key").write_text("sk-file-456\n")
+    assert api_key(None, tmp_path / "key") == "sk-file-456"
+    with pytest.raises(ValueError, match="ATOLL_MISSING_KEY"):
+        api_key("ATOLL_MISSING_KEY", None)
+    with ScriptedLLM([status(401)]) as server:
+        result = ChatClient(server.url, "m", "sk-env-123", 1.0, 0, 16, 0.0).chat(MESSAGES)
+        sent = server.requests[0]
+    assert result.status == "http_error" and "sk-env-123" not in repr(result) and "sk-env-123" not in repr(sent)

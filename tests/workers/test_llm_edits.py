@@ -1,0 +1,86 @@
+"""Replies to child programs: the usual variants parse, every failure has its status and reason."""
+import pytest
+
+from workers.llm.edits import DID_NOT_APPLY, INVALID_PROGRAM, UNPARSEABLE, EditError, child_from_reply
+
+PARENT = '''import numpy as np
+
+PARAMS = {"level": (15.0, 0.0, 80.0)}
+
+
+def policy(state, params):
+    """Base-stock."""
+    position = state["on_hand"] + state["pipeline"].sum(axis=1)
+    return np.maximum(params["level"] - position, 0)
+'''
+
+DIFF = '''<<<<<<< SEARCH
+    return np.maximum(params["level"] - position, 0)
+=======
+    return np.minimum(np.maximum(params["level"] - position, 0), params["cap"])
+>>>>>>> REPLACE
+<<<<<<< SEARCH
+PARAMS = {"level": (15.0, 0.0, 80.0)}
+=======
+PARAMS = {"level": (15.0, 0.0, 80.0), "cap": (8.0, 0.0, 20.0)}
+>>>>>>> REPLACE
+'''
+WANT = PARENT.replace('return np.maximum(params["level"] - position, 0)',
+                      'return np.minimum(np.maximum(params["level"] - position, 0), params["cap"])').replace(
+    'PARAMS = {"level": (15.0, 0.0, 80.0)}', 'PARAMS = {"level": (15.0, 0.0, 80.0), "cap": (8.0, 0.0, 20.0)}')
+
+
+@pytest.mark.parametrize("reply", [
+    DIFF,
+    "Here is my change:\n```diff\n" + DIFF + "```\nThis caps the order.",  # fenced, with prose
+    DIFF.replace("<<<<<<< SEARCH", "<<<<<<<  SEARCH  ").replace(">>>>>>> REPLACE", ">>>>>>>"),  # spacing, bare end
+    DIFF.replace("=======", "=====   ").replace("<<<<<<<", "<<<<"),  # fewer marker characters
+    DIFF.rsplit(">>>>>>> REPLACE", 1)[0],  # the last closing marker missing
+    "```\n" + DIFF.rsplit(">>>>>>> REPLACE", 1)[0] + "```\n",  # ... inside a fence that closes it
+    DIFF.replace('    return np.maximum(params["level"] - position, 0)\n=======',  # search indented differently
+                 'return np.maximum(params["level"] - position, 0)   \n======='),
+    DIFF.replace("\n    return", "\nreturn"),  # search and replacement both lost their indentation
+])
+def test_diff_variants_apply(reply):
+    child, kind = child_from_reply(reply, PARENT, "policy")
+    assert kind == "diff" and child == WANT
+
+
+@pytest.mark.parametrize("reply", [
+    "```python\n" + WANT + "```",
+    "Sure! The new program:\n\n```py\n" + WANT + "```\n\nIt caps each order.",
+    WANT,  # bare code, no fence
+])
+def test_full_rewrites_are_accepted(reply):
+    child, kind = child_from_reply(reply, PARENT, "policy")
+    assert kind == "rewrite" and child.strip() == WANT.strip()
+
+
+@pytest.mark.parametrize("reply, status, reason", [
+    ("I would raise the level a little to cut lost sales.", UNPARSEABLE, "no SEARCH/REPLACE block"),
+    ("```python\nprint('hello')\n```", UNPARSEABLE, "no SEARCH/REPLACE block"),
+    ("<<<<<<< SEARCH\n    return 0\n>>>>>>> REPLACE", UNPARSEABLE, "no ======= line"),
+    ("<<<<<<< SEARCH\n    return level\n=======\n    return 0\n>>>>>>> REPLACE", DID_NOT_APPLY, "does not match"),
+    ("<<<<<<< SEARCH\n\n=======\nx = 1\n>>>>>>> REPLACE", DID_NOT_APPLY, "is empty"),
+    ("<<<<<<< SEARCH\n    position = state[\"on_hand\"] + state[\"pipeline\"].sum(axis=1)\n=======\n"
+     "    position = (state[\"on_hand\"]\n>>>>>>> REPLACE", INVALID_PROGRAM, "not valid Python"),
+    ("```python\nimport numpy as np\n\ndef act(obs, params):\n    return 0\n```\n```python\ndef policy(state):\n"
+     "    return 0\n```", INVALID_PROGRAM, "2 positional arguments, not 1"),
+    ("<<<<<<< SEARCH\n    return np.maximum(params[\"level\"] - position, 0)\n=======\n"
+     "    np.maximum(params[\"level\"] - position, 0)\n>>>>>>> REPLACE", INVALID_PROGRAM, "returns nothing"),
+    ("<<<<<<< SEARCH\nPARAMS = {\"level\": (15.0, 0.0, 80.0)}\n=======\nPARAMS = {\"level\": (15.0, 90.0, 80.0)}\n"
+     ">>>>>>> REPLACE", INVALID_PROGRAM, "low 90.0 > high 80.0"),
+    ("<<<<<<< SEARCH\ndef policy(state, params):\n=======\ndef act(state, params):\n>>>>>>> REPLACE",
+     INVALID_PROGRAM, "no top-level def policy"),
+    ("<<<<<<< SEARCH\n    return np.maximum(params[\"level\"] - position, 0)\n=======\n"
+     "    return np.maximum(params[\"level\"] - position, params[\"floor\"])\n>>>>>>> REPLACE",
+     INVALID_PROGRAM, "reads params['floor'] but PARAMS does not declare them"),
+    ("```python\n" + PARENT + "\ndef test():\n    policy(None, None)\n\ntest()\n```", INVALID_PROGRAM,
+     "a call at the top level (line 14)"),
+    ("<<<<<<< SEARCH\n    \"\"\"Base-stock.\"\"\"\n=======\n    # base stock\n>>>>>>> REPLACE", DID_NOT_APPLY,
+     "unchanged"),
+])
+def test_bad_replies_end_with_their_status_and_reason(reply, status, reason):
+    with pytest.raises(EditError) as caught:
+        child_from_reply(reply, PARENT, "policy")
+    assert caught.value.status == status and reason in caught.value.reason

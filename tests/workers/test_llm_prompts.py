@@ -1,0 +1,91 @@
+"""Prompts render from the template files to pinned text; held-out results cannot enter them."""
+import pytest
+
+from workers.llm.feedback import from_result
+from workers.llm.prompts import PromptInput, diagnosis_prompt, edit_prompt, part_id
+from workers.normal_form import normal_form
+
+CODE = 'import numpy as np\n\nPARAMS = {"level": (12.5, 0.0, 80.0)}\n\n\ndef policy(state, params):\n    return params["level"]\n'
+RESULT = {"split": "search", "status": "OK", "score": -0.975, "error": None,
+          "metrics": {"mean_cost": 5.25, "note": "x", "trajectory_costs": [1.0, 2.0],
+                      "instances": {"A": {"cost": 4.0, "fill_rate": 0.9, "trajectory_costs": [1.0]},
+                                    "B": {"cost": 6.5, "fill_rate": 0.8}}},
+          "instance_scores": [-0.95, -1.0]}
+
+PINNED_USER = '''
+## Current program
+```python
+import numpy as np
+
+PARAMS = {"level": (12.5, 0.0, 80.0)}
+
+
+def policy(state, params):
+    return params["level"]
+```
+Search score: -0.975 (status OK)
+Tuned PARAMS: level = 12.5 in [0, 80]
+Metrics: mean_cost 5.25; note x
+Per-instance scores: A -0.95; B -1
+Worst instances:
+- B: score -1 (cost 6.5, fill_rate 0.8)
+
+## Other programs on this island
+Score -0.99:
+```python
+def policy(state, params):
+    return 1
+```
+
+## Recent failed attempts on this program (avoid these)
+- INVALID: unparseable: no code block
+
+## Task
+Change the program to raise its score. Answer with the whole new program in one ```python block.
+'''
+
+
+def _input(**changes):
+    values = dict(domain="toy", description="A toy task.", contract="Define policy(state, params).",
+                  entry_point="policy", parent_code=CODE, feedback=from_result(RESULT, CODE, worst=1),
+                  inspirations=(("def policy(state, params):\n    return 1\n", -0.99),),
+                  failures=(("INVALID", "unparseable: no code block"),), edit_format="rewrite")
+    return PromptInput(**{**values, **changes})
+
+
+def test_edit_prompt_renders_the_pinned_text():
+    prompt = edit_prompt(_input())
+    system, user = prompt.messages
+    assert system["content"].startswith('You improve a Python policy program for the "toy" domain')
+    assert "Domain: A toy task.\n\nContract: Define policy(state, params).\n" in system["content"]
+    assert user["content"] == PINNED_USER
+    assert [name for name, _ in prompt.parts] == ["system", "parent", "inspirations", "failures", "task"]
+
+
+def test_shared_parts_have_the_same_id_across_calls_on_one_parent():
+    one, two = edit_prompt(_input()), edit_prompt(_input(failures=()))
+    ids = lambda p: {name: part_id(text) for name, text in p.parts}  # noqa: E731
+    assert ids(one)["system"] == ids(two)["system"] and ids(one)["parent"] == ids(two)["parent"]
+    assert "failures" not in ids(two)
+
+
+def test_diagnosis_prompt_and_diff_format():
+    diag = diagnosis_prompt(_input())
+    assert "Do not write code" in diag.messages[1]["content"]
+    edit = edit_prompt(_input(edit_format="diff"), diagnosis="Orders too much on B.")
+    text = edit.messages[1]["content"]
+    assert "## Diagnosis of the current program\nOrders too much on B." in text and "<<<<<<< SEARCH" in text
+
+
+def test_held_out_results_are_refused():
+    with pytest.raises(ValueError, match="search-split results only"):
+        from_result(dict(RESULT, split="heldout"), CODE)
+
+
+def test_normal_form_ignores_layout_comments_docstrings_and_params_defaults():
+    other = ('import numpy as np\nPARAMS = {"level": (40.0, 0.0, 80.0)}  # tuned\n'
+             'def policy(state, params):\n    """Doc."""\n    return params["level"]\n')
+    assert normal_form(other) == normal_form(CODE)
+    assert normal_form(other.replace("0.0, 80.0", "0.0, 90.0")) != normal_form(CODE)  # ranges matter
+    assert normal_form(other.replace('return params["level"]', 'return params["level"] + 1')) != normal_form(CODE)
+    assert normal_form("def (") is None

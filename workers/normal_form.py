@@ -1,0 +1,50 @@
+"""A program's normal form, to drop proposals that are the same program as one already tried.
+
+Two texts have the same normal form when their syntax trees agree once comments,
+layout, docstrings and the PARAMS defaults are gone (names and ranges stay): tuning
+sets the defaults, so such programs tune to the same policy. Text only, never executed.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+
+from evaluators.params import PARAMS_NAME
+
+
+def normal_form(code: str) -> str | None:
+    """A short hash of the program's normal form, or None when it does not parse."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+    _Normalizer().visit(tree)
+    return hashlib.sha256(ast.dump(tree).encode()).hexdigest()[:16]
+
+
+class _Normalizer(ast.NodeTransformer):
+    """Drops docstrings and blanks each PARAMS entry's default (the first of its three numbers)."""
+
+    def visit_Module(self, node):
+        node.body = _without_docstring(node.body)
+        return self.generic_visit(node)
+
+    def visit_FunctionDef(self, node):
+        node.body = _without_docstring(node.body) or [ast.Pass()]
+        return self.generic_visit(node)
+
+    visit_AsyncFunctionDef = visit_ClassDef = visit_FunctionDef
+
+    def visit_Assign(self, node):
+        if any(isinstance(t, ast.Name) and t.id == PARAMS_NAME for t in node.targets) and isinstance(node.value, ast.Dict):
+            for entry in node.value.values:
+                if isinstance(entry, (ast.Tuple, ast.List)) and entry.elts:
+                    entry.elts[0] = ast.Constant(None)
+        return node
+
+
+def _without_docstring(body: list) -> list:
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        return body[1:]
+    return body
