@@ -32,6 +32,7 @@ def _latest_run(archive, run_dir: Path, verb: str) -> tuple[str, dict]:
 def cmd_run(args) -> int:
     """Everything that can be refused is checked (config, run directory, Ray address) before the run exists."""
     from controller.actors import connect
+    from store.live import LiveReads
 
     overrides = list(args.set) + ([f"run.max_evals={args.max_evals}"] if args.max_evals is not None else [])
     config, text = load_config(args.config, overrides)
@@ -48,7 +49,8 @@ def cmd_run(args) -> int:
         archive.save_secrets(run_id, secrets.to_record())
         archive.record_protections(run_id, protections)
 
-    with rundir.create_archive(run_dir, run_id, config.model_dump(mode="json"), text, setup) as archive:
+    with rundir.create_archive(run_dir, run_id, config.model_dump(mode="json"), text, setup) as archive, \
+            LiveReads(archive, run_dir):  # `atoll query` asks it while the run is live
         console.print(f"[bold]atoll[/] run {run_id} in {run_dir} (resume with: atoll resume {run_dir})",
                       soft_wrap=True)
         return _search(config, archive, run_id, run_dir, args)
@@ -84,9 +86,10 @@ def _stored_secrets(archive, run_id: str, run_dir: Path):
 
 def cmd_resume(args) -> int:
     from controller.actors import connect
+    from store.live import LiveReads
 
     run_dir = Path(args.run_dir)
-    with rundir.open_archive(run_dir) as archive:
+    with rundir.open_archive(run_dir) as archive, LiveReads(archive, run_dir):
         run_id, run = _latest_run(archive, run_dir, "resume")
         config = validate(run["config"])
         _refuse_failed_seed(archive, run_id)
@@ -207,9 +210,10 @@ def _report(archive, run_id, domain, evaluators, run_dir, new_evaluator) -> int:
 def cmd_report(args) -> int:
     from controller.actors import connect, evaluator_count, new_evaluator
     from evaluators.registry import get_domain
+    from store.live import LiveReads
 
     run_dir = Path(args.run_dir)
-    with rundir.open_archive(run_dir) as archive:
+    with rundir.open_archive(run_dir) as archive, LiveReads(archive, run_dir):
         run_id, run = _latest_run(archive, run_dir, "report on")
         if run["status"] == "running":
             raise UserError(f"{run_dir}: the run is marked running (live, or stopped without ending); "
@@ -232,7 +236,7 @@ def _stop_cleanly(signum, frame):
 
 
 def cmd_status(args) -> int:
-    from store.query import from_snapshot
+    from store.query import is_live
 
     run_dir = Path(args.run_dir)
     sql = ("SELECT r.run_id, r.status, r.started_at, r.ended_at, "
@@ -247,7 +251,7 @@ def cmd_status(args) -> int:
     _print_rows(cols, rows, note)
     if rows:
         _status_llm(run_dir, rows[-1][0])
-    if not from_snapshot(note) and any(row[1] == "running" for row in rows):
+    if not is_live(note) and any(row[1] == "running" for row in rows):
         console.print("no driver holds this run: it stopped without ending (crash, kill or lost machine); "
                       f"everything committed is kept. Continue with: atoll resume {run_dir}", soft_wrap=True)
     return 0

@@ -2,23 +2,34 @@
 
 Exact text first (the archive's code hashes, before and after tuning), then the
 normal form (`workers.normal_form`): layout, comments, docstrings and PARAMS
-defaults gone. `saved` counts what each rule dropped.
+defaults gone. Both are kept as 8-byte hashes, so the driver's memory does not grow
+with the programs' text; each evaluation stores its normal form's hash
+(`metrics.form_hash`), so a resume rebuilds the set without parsing any code.
+`saved` counts what each rule dropped.
 """
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from typing import Iterable
 
+from store.hash_index import HashSet
 from store.records import code_hash
 from workers.normal_form import normal_form
+
+
+def form_hash(code: str) -> str | None:
+    """The 16-hex-digit hash of `code`'s normal form, or None if it does not parse."""
+    form = normal_form(code)
+    return None if form is None else hashlib.sha256(form.encode()).hexdigest()[:16]
 
 
 class Dedup:
     """The run's tried programs, by exact hash and by normal form."""
 
-    def __init__(self, hashes: Iterable[str] = (), codes: Iterable[str] = ()):
-        self.exact = set(hashes)
-        self.forms = {form for form in map(normal_form, codes) if form is not None}
+    def __init__(self, exact: HashSet | None = None, forms: Iterable[str] = ()):
+        self.exact = exact if exact is not None else HashSet()  # shared with the loop's `known`
+        self.forms = HashSet(int(h, 16) for h in forms if h and len(h) == 16)
         self.saved: Counter = Counter()
 
     def check(self, code: str) -> str | None:
@@ -26,13 +37,21 @@ class Dedup:
         if code_hash(code) in self.exact:
             self.saved["exact"] += 1
             return "exact"
-        if normal_form(code) in self.forms:
+        form = form_hash(code)
+        if form is not None and form in self.forms:
             self.saved["normal_form"] += 1
             return "normal_form"
         return None
 
-    def add(self, code: str) -> None:
+    def tried(self, code: str) -> bool:
+        """Whether `code` (or its normal form) was tried; unlike `check`, counts nothing as saved."""
+        form = form_hash(code)
+        return code_hash(code) in self.exact or (form is not None and form in self.forms)
+
+    def add(self, code: str) -> str | None:
+        """Remember `code` as tried; returns its normal form's hash (None if it does not parse)."""
         self.exact.add(code_hash(code))
-        form = normal_form(code)
+        form = form_hash(code)
         if form is not None:
             self.forms.add(form)
+        return form

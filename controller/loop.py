@@ -13,7 +13,6 @@ import time
 import uuid
 from collections import defaultdict
 
-import msgpack
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
@@ -23,9 +22,9 @@ from controller.dedup import Dedup
 from controller.memory import WARM, RunMemory
 from controller.progress import Progress
 from controller.proposals import Proposals
+from controller.resume import STARTS, islands_snapshot, load_islands
 from evaluators.params import write_params
 from evaluators.registry import get_domain
-from islands.archipelago import Archipelago
 from islands.population import Member
 from store.records import Candidate, EvalResult, MutationRequest, Status
 
@@ -36,7 +35,6 @@ def new_id() -> str:
 
 _KIND = {"search": "eval", "heldout": "heldout", "validation": "validate"}  # pending kind of each split
 _SPLIT = {kind: split for split, kind in _KIND.items()}
-_STARTS = ("seed", WARM)  # programs every island starts from: the seed, a warm start's elites
 
 
 class Search:
@@ -54,46 +52,20 @@ class Search:
         self.events: list = []
         self.stats = defaultdict(lambda: [0, 0])
         self.stats.update({k: list(v) for k, v in archive.operator_stats(run_id).items()})
-        self.known = archive.known_hashes(run_id)
+        self.known = archive.known_hashes(run_id)  # compact: 8 bytes a program
         self.done = archive.count_evaluations(run_id, "search")
         self.failures = 0
-        self.best_score = None
+        self.parent_scores: dict[str, float | None] = {}  # in-flight candidate -> its parent's score
         self.hide = hide
         self.deaths = faults.Deaths(config.controller.actor_death_retries)
         self.disk_full = False
-        self._rebuild()
-        self.dedup = Dedup(self.known, self.codes.values())
+        # the islands hold their members' code; nothing else keeps a program's code or score
+        self.islands = load_islands(archive, run_id, config, self.done).islands
+        self.seed_error = stored_seed_error(archive, run_id)
+        self.dedup = Dedup(self.known, archive.form_hashes(run_id))
         self.proposals = Proposals(config, archive, run_id, self.domain, self.dedup)
-
-    def _rebuild(self) -> None:
-        rows = self.archive.programs_with_scores(self.run_id, "search")
-        self.codes = {r["program_id"]: r["code"] for r in rows}
-        self.scores = {r["program_id"]: r["score"] for r in rows}
-        seeds = [r for r in rows if r["mutator"] in _STARTS]
-        self.seed_error = stored_seed_error(self.archive, self.run_id, [r for r in seeds if r["mutator"] == "seed"])
-        others = [r for r in rows if r["mutator"] not in _STARTS]
-        fanned = [dict(s, island=i) for s in seeds for i in range(self.config.islands.count)]
-        self.islands = self._restore(len(rows)) or Archipelago.rebuild(
-            self.config.islands, self.config.run.seed + len(rows), fanned + others)
         best = self.islands.best()
         self.best_score = best.score if best else None
-
-    def _restore(self, rows: int) -> Archipelago | None:
-        """The exact islands (generator included) of a clean stop, if nothing was committed since."""
-        blob = self.archive.load_snapshot(self.run_id)
-        if not blob:
-            return None
-        try:
-            saved = msgpack.unpackb(blob)
-            if saved.get("rows") != rows:
-                return None  # a crash after the snapshot: replay the archive instead
-            return Archipelago.from_msgpack(saved["islands"], self.config.islands)
-        except (ValueError, KeyError, TypeError, msgpack.UnpackException):
-            return None
-
-    def _snapshot(self) -> bytes:
-        rows = self.archive.count_evaluations(self.run_id, "search")
-        return msgpack.packb({"rows": rows, "islands": self.islands.to_msgpack()})
 
     # --- actors -------------------------------------------------------------
     def _start_actors(self) -> None:
@@ -136,9 +108,13 @@ class Search:
             parent_id=parent.program_id, parent_code=parent.code,
             inspirations=tuple((m.program_id, m.code) for m in inspirations),
             operator_weights=tuple(self._operator_weights()), seed=int(self.islands.rng.integers(2**31)),
-            skills=self.memory.skills_for(parent.code))
+            parent_score=parent.score, skills=self.memory.skills_for(parent.code))
         if source != "embedded":
-            ref, job = self.proposals.submit(source, request, self.scores, self.codes)
+            shown = {m.program_id: m.score for m in inspirations}
+            variant = self.memory.variant()  # the prompt's instruction, from the library's population
+            ref, job = self.proposals.submit(source, request, shown, {}, variant.text if variant else "")
+            self.parent_scores[job.child_id] = request.parent_score
+            self.memory.on_proposal(job.child_id, request, variant=variant.variant_id if variant else "")
             self.pending[ref] = ("llm", job, None)
             return True
         self._send_mutation(request)
@@ -169,10 +145,9 @@ class Search:
     def _fill(self, searching: bool) -> None:
         if not searching:
             return
-        if not self.codes and not self.pending and not self.results:
+        if self.done == 0 and not self.pending and not self.results:
             self._submit_eval(Candidate(new_id(), self.run_id, 0, 0, (), self.domain.seed_program, "seed", time.time()))
-        for candidate in self.memory.warm_candidates(lambda code: self.dedup.check(code) is not None,
-                                                     self._budget_left()):
+        for candidate in self.memory.warm_candidates(self.dedup.tried, self._budget_left()):
             self.dedup.add(candidate.code)
             self._submit_eval(candidate)
         if self.islands.best() is None:
@@ -230,8 +205,6 @@ class Search:
             raise
         finally:
             if not self.disk_full:
-                self.commit()
-                self.archive.save_snapshot(self.run_id, self._snapshot())
                 self.publish()
         return "seed-failed" if self.seed_error else self.proposals.final_status(status, self._budget_left())
 
@@ -315,14 +288,15 @@ class Search:
         if isinstance(proposal, str):
             self.events.append(("mutation-failed", {"island": request.island, "reason": proposal}))
             return
+        candidate = Candidate(new_id(), self.run_id, request.island, request.generation, (request.parent_id,),
+                              proposal.code, proposal.operator, time.time())
         why = self.dedup.check(proposal.code)
         if why:
             self.events.append(("duplicate", {"island": request.island, "operator": proposal.operator, "by": why}))
             return
         self.dedup.add(proposal.code)
-        candidate = Candidate(new_id(), self.run_id, request.island, request.generation, (request.parent_id,),
-                              proposal.code, proposal.operator, time.time())
-        self.memory.on_proposal(candidate.program_id, request.parent_id, getattr(proposal, "skill_id", ""))
+        self.parent_scores[candidate.program_id] = request.parent_score
+        self.memory.on_proposal(candidate.program_id, request, getattr(proposal, "skill_id", ""))
         self._submit_eval(candidate)
 
     def _on_eval(self, candidate: Candidate, result: EvalResult) -> None:
@@ -330,15 +304,14 @@ class Search:
             proposed = candidate.code_hash  # kept, so a resume still knows this text was tried
             candidate = dataclasses.replace(candidate, code=write_params(candidate.code, result.tuned_params))
             result = dataclasses.replace(result, metrics={**result.metrics, "proposed_hash": proposed})
-            self.dedup.add(candidate.code)
+        form = self.dedup.add(candidate.code)
+        if form is not None and result.split == "search":
+            result = dataclasses.replace(result, metrics={**result.metrics, "form_hash": form})
         self.proposals.on_evaluated(candidate, result, self._parent_score(candidate))
         self.results.append((candidate, result))
-        parent = candidate.parent_ids[0] if candidate.parent_ids else None
-        self.events += self.memory.on_search_result(candidate, result, self.codes.get(parent), self.scores.get(parent))
-        self.codes[candidate.program_id] = candidate.code
-        self.scores[candidate.program_id] = result.score
+        self.events += self.memory.on_search_result(candidate, result, None, self._parent_score(candidate))
         self._count_operator(candidate, result)
-        if candidate.mutator in _STARTS:
+        if candidate.mutator in STARTS:
             self._on_seed(candidate, result)
             return
         if result.status == Status.OK:
@@ -350,7 +323,11 @@ class Search:
 
     def _on_llm(self, ref, job) -> None:
         """An LLM job's outcome: a candidate to evaluate, an INVALID one (never evaluated), or nothing."""
-        for action in self.proposals.on_outcome(ref, job):
+        actions = self.proposals.on_outcome(ref, job)
+        if not actions:  # no child: forget what was kept for it
+            self.parent_scores.pop(job.child_id, None)
+            self.memory.forget(job.child_id)
+        for action in actions:
             if action[0] == "eval":
                 self._submit_eval(action[1])
             else:
@@ -359,8 +336,8 @@ class Search:
         self.proposals.events.clear()
 
     def _parent_score(self, candidate: Candidate) -> float | None:
-        known = [self.scores.get(p) for p in candidate.parent_ids]
-        return max((score for score in known if score is not None), default=None)
+        """The score its parent had when the child was proposed (None for the seed or an unknown parent)."""
+        return self.parent_scores.get(candidate.program_id)
 
     def _on_seed(self, candidate: Candidate, result: EvalResult) -> None:
         """The seed, or a warm start's elite, joins every island (a failed elite is only recorded)."""
@@ -384,13 +361,12 @@ class Search:
                 self._submit_eval(candidate, "heldout")
 
     def _count_operator(self, candidate: Candidate, result: EvalResult) -> None:
-        if candidate.mutator == "seed":
+        if candidate.mutator in STARTS:
             return
         stat = self.stats[candidate.mutator]
         stat[0] += 1
-        known = [self.scores.get(p) for p in candidate.parent_ids]
-        parent = max((score for score in known if score is not None), default=float("-inf"))
-        stat[1] += int(result.status == Status.OK and result.score > parent)
+        parent = self.parent_scores.pop(candidate.program_id, None)
+        stat[1] += int(result.status == Status.OK and (parent is None or result.score > parent))
 
     def _on_heldout(self, candidate: Candidate, result: EvalResult) -> None:
         self.heldout.append(result)
@@ -402,30 +378,28 @@ class Search:
 
     # --- persistence --------------------------------------------------------
     def commit(self) -> None:
-        """One transaction per batch: programs, evaluations, lineage, events; then the library."""
-        if self.results:
-            self.archive.record(self.results)
-            self.done += sum(1 for _, r in self.results if r.split == "search")
-            self.results = []
-        if self.heldout:  # their programs were committed above or earlier
-            self.archive.record_evaluations(self.heldout, self.run_id)
-            self.heldout = []
-        self.proposals.commit()
-        if self.events:
-            self.archive.log_events(self.run_id, self.events)
-            self.events = []
+        """One transaction: programs, lineage, evaluations, held-out and validation scores, events;
+        then the library (what was learned and used since its last flush)."""
+        # held-out scores are of programs committed earlier or in this same batch
+        self.archive.write(self.run_id, pairs=self.results, evaluations=self.heldout, events=self.events)
+        self.done += sum(1 for _, r in self.results if r.split == "search")
+        self.results, self.heldout, self.events = [], [], []
+        self.proposals.commit()  # the LLM calls of those programs, after the programs they name
         self.memory.flush(self.done, self.best_score)
 
     def publish(self) -> None:
-        self.archive.publish_snapshot(self.run_dir / "archive.snapshot.duckdb")
+        """Commit, then snapshot the islands, so a resume replays only what follows."""
+        self.commit()
+        self.archive.save_snapshot(self.run_id, islands_snapshot(self.islands, self.archive.last_seq()))
 
 
-def stored_seed_error(archive, run_id: str, rows: list[dict] | None = None) -> str:
+def stored_seed_error(archive, run_id: str) -> str:
     """Why the run's committed seed program failed ('' if it did not, or is not committed yet)."""
-    rows = archive.programs_with_scores(run_id, "search") if rows is None else rows
-    for row in rows:
-        if row["mutator"] == "seed" and row["status"] != Status.OK.value:
-            return f"{row['status']}: {(archive.evaluation(row['program_id'], 'search') or {}).get('error')}"
+    row = archive.con.execute(
+        "SELECT e.status, e.error FROM programs p JOIN evaluations e ON e.program_id = p.program_id "
+        "AND e.split = 'search' WHERE p.run_id = ? AND p.mutator = 'seed' LIMIT 1", [run_id]).fetchall()
+    if row and row[0][0] != Status.OK.value:
+        return f"{row[0][0]}: {row[0][1]}"
     return ""
 
 

@@ -19,16 +19,20 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 from controller.skill_learning import SkillLearner
+from controller.variant_memory import VariantMemory
 from controller.warm_start import plan_warm_start, stored_plan
 from store import library_records as records
 from store.library import Library, LibraryBusy, LibraryError, default_path
 from store.records import Candidate, EvalResult, Status
+from workers.prompt_variants import PromptVariant
 from workers.skill_edits import SkillEdit
 from workers.skills import Skill, rank_skills
 
-WARM = "warm-start"
-_FLUSH_PATIENCE_S = 2.0  # longest a flush during the search waits for a busy library  # Candidate.mutator of an elite a warm start evaluates first
+WARM = "warm-start"  # Candidate.mutator of an elite a warm start evaluates first (controller.resume.STARTS)
+_FLUSH_PATIENCE_S = 2.0  # longest a flush during the search waits for a busy library
 
 
 def fingerprint(domain, options: dict | None = None) -> str:
@@ -98,11 +102,15 @@ class RunMemory:
         self.warm: list[dict] = []  # elites of the warm start not yet submitted
         self.warm_source: dict[str, dict] = {}  # program id -> the elite it re-evaluates
         self.skill_of: dict[str, tuple[str, str]] = {}  # child program id -> (skill id, parent id)
+        self.parent_code: dict[str, str] = {}  # in-flight child id -> its parent's code (skill learning)
+        self.variant_of: dict[str, str] = {}  # in-flight LLM child id -> the prompt variant it was asked with
         self.pending = {"skills": [], "uses": []}
         self.last_flush, self.flush_error = 0.0, ""
         self.learner = SkillLearner(self.domain, self.fingerprint, entry_point, self.memory.validate_every,
                                     self.memory.min_gain, self._validated())
         self.plan = self._plan()
+        self.variants = self._variants()
+        self.rng = np.random.default_rng([config.run.seed, 16])
         best = archive.best_program(run_id, "search")
         self.flush(archive.count_evaluations(run_id, "search"), best and best["score"], force=True)
 
@@ -121,6 +129,14 @@ class RunMemory:
         rows = self.library.transaction(lambda con: records.skills(con, self.domain))
         self.skills = {r["skill_id"]: skill_from_row(r) for r in rows if r["skill_id"] in set(plan["skills"])}
         return plan
+
+    def _variants(self) -> VariantMemory | None:
+        """The domain's prompt variants (for runs with LLM sources); the task's own wording is the first."""
+        if not self.active or self.config.mutator.llm is None:
+            return None
+        from workers.llm.prompts import DEFAULT_INSTRUCTION
+
+        return VariantMemory(self.library, self.domain, self.run_id, defaults=[DEFAULT_INSTRUCTION])
 
     def _validated(self) -> dict[str, float | None]:
         rows = self.archive.con.execute("SELECT program_id, status, score FROM evaluations "
@@ -144,21 +160,46 @@ class RunMemory:
             return ()
         return tuple(rank_skills(self.skills.values(), parent_code, self.entry_point, self.memory.skills_per_request))
 
-    def on_proposal(self, program_id: str, parent_id: str, skill_id: str) -> None:
+    def variant(self) -> PromptVariant | None:
+        """The prompt variant for the next LLM request (Thompson sampling), or None without the library."""
+        return self.variants.choose(self.rng) if self.variants is not None else None
+
+    def on_proposal(self, program_id: str, request, skill_id: str = "", variant: str = "") -> None:
+        """A child asked for with `request` (a MutationRequest) is on its way to be evaluated; it
+        replays `skill_id`, or an LLM was asked for it with prompt `variant`, if any. Its parent's code
+        is kept until its result, for skill learning (the run keeps no code outside its islands)."""
+        if not self.active:
+            return
         if skill_id:
-            self.skill_of[program_id] = (skill_id, parent_id)
+            self.skill_of[program_id] = (skill_id, request.parent_id)
+        if variant:
+            self.variant_of[program_id] = variant
+        if self.memory.learn_skills:
+            self.parent_code[program_id] = request.parent_code
+
+    def forget(self, program_id: str) -> None:
+        """A proposal that will never be evaluated (an LLM call that gave no child)."""
+        self.skill_of.pop(program_id, None)
+        self.parent_code.pop(program_id, None)
+        self.variant_of.pop(program_id, None)
 
     def on_search_result(self, candidate: Candidate, result: EvalResult, parent_code: str | None,
                          parent_score: float | None) -> list[tuple[str, dict]]:
-        """Events for this result: a warm start's elite, a skill's use; queues a skill check."""
+        """Events for this result: a warm start's elite, a skill's use; queues a skill check.
+        `parent_code` None: the code kept by `on_proposal`."""
         if not self.active:
             return []
+        kept = self.parent_code.pop(candidate.program_id, None)
+        parent_code = kept if parent_code is None else parent_code
         if candidate.mutator == WARM:
             return [self._warm_event(candidate, result)]
         events = []
         skill_id, parent_id = self.skill_of.pop(candidate.program_id, ("", ""))
         if skill_id:
             events.append(("skill-use", self._use(candidate, result, skill_id, parent_id, parent_score)))
+        variant = self.variant_of.pop(candidate.program_id, "")
+        if variant:
+            events.append(("prompt-variant-use", self._variant_use(candidate, result, variant, parent_score)))
         if self.memory.learn_skills and parent_code is not None and candidate.parent_ids:
             self.learner.consider(candidate, result, candidate.parent_ids[0], parent_code, parent_score)
         return events
@@ -184,7 +225,7 @@ class RunMemory:
 
     def _use(self, candidate, result, skill_id, parent_id, parent_score) -> dict:
         ok = result.status == Status.OK and result.score is not None
-        success = ok and (parent_score is None or result.score > parent_score)
+        success = _beat(result, parent_score)
         use = {"run_id": self.run_id, "program_id": candidate.program_id, "skill_id": skill_id,
                "parent_id": parent_id, "status": result.status.value, "success": success,
                "gain": result.score - parent_score if ok and parent_score is not None else None}
@@ -192,6 +233,12 @@ class RunMemory:
             self.skills[skill_id] = self.skills[skill_id].counted(success)
         self.pending["uses"].append(use)
         return use
+
+    def _variant_use(self, candidate, result, variant_id, parent_score) -> dict:
+        success = _beat(result, parent_score)
+        self.variants.record(candidate.program_id, variant_id, success)
+        return {"run_id": self.run_id, "program_id": candidate.program_id, "variant_id": variant_id,
+                "success": success}
 
     # --- writing to the library --------------------------------------------------------------
     def catalog_row(self, status: str, done: int, best: float | None) -> dict:
@@ -207,11 +254,13 @@ class RunMemory:
             return
         self.last_flush = time.monotonic()
         skills, uses, row = list(self.pending["skills"]), list(self.pending["uses"]), self.catalog_row(status, done, best)
+        variant_uses = list(self.variants.pending) if self.variants is not None else []
 
         def write(con):
             records.upsert_run(con, row)
             records.add_skills(con, skills)
             records.add_skill_uses(con, uses)
+            records.add_variant_uses(con, variant_uses)
         try:  # the search waits meanwhile: a busy library is tried again at a later commit point
             self.library.transaction(write, None if force else min(self.memory.busy_timeout_s, _FLUSH_PATIENCE_S))
         except LibraryError as exc:
@@ -219,6 +268,8 @@ class RunMemory:
             return
         self.flush_error = ""
         del self.pending["skills"][:len(skills)], self.pending["uses"][:len(uses)]
+        if self.variants is not None:
+            del self.variants.pending[:len(variant_uses)]
 
     def finish(self, status: str, done: int, best: float | None) -> str:
         """The run's whole contribution, re-sent from its archive: catalog, elites, skills, uses.
@@ -226,6 +277,7 @@ class RunMemory:
         if not self.active:
             return ""
         elites, learned, uses = self._contribution()
+        variant_uses = self._events("prompt-variant-use")
         row = self.catalog_row(status, done, best)
 
         def write(con):
@@ -233,6 +285,7 @@ class RunMemory:
             records.replace_elites(con, self.run_id, elites)
             records.add_skills(con, learned)
             records.add_skill_uses(con, uses)
+            records.add_variant_uses(con, variant_uses)
         try:
             self.library.transaction(write)
         except LibraryError as exc:
@@ -251,11 +304,18 @@ class RunMemory:
             [self.run_id, self.memory.elites_per_run]).fetchall()
         elites = [{"program_id": pid, "search_score": score, "code": code, "code_hash": h,
                    "domain": self.domain, "fingerprint": self.fingerprint} for pid, score, code, h in rows]
-        learned = [json.loads(d) for (d,) in con.execute(
-            "SELECT data FROM events WHERE run_id = ? AND kind = 'skill-learned' ORDER BY ts", [self.run_id]).fetchall()]
-        uses = [json.loads(d) for (d,) in con.execute(
-            "SELECT data FROM events WHERE run_id = ? AND kind = 'skill-use' ORDER BY ts", [self.run_id]).fetchall()]
-        return elites, learned, uses
+        return elites, self._events("skill-learned"), self._events("skill-use")
+
+    def _events(self, kind: str) -> list[dict]:
+        """The data of this run's events of `kind`, oldest first."""
+        return [json.loads(d) for (d,) in self.archive.con.execute(
+            "SELECT data FROM events WHERE run_id = ? AND kind = ? ORDER BY ts", [self.run_id, kind]).fetchall()]
+
+
+def _beat(result: EvalResult, parent_score: float | None) -> bool:
+    """OK, and above the parent's search score (any OK score when the parent's is unknown)."""
+    ok = result.status == Status.OK and result.score is not None
+    return ok and (parent_score is None or result.score > parent_score)
 
 
 def _summary(plan: dict) -> dict:

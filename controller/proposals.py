@@ -9,6 +9,7 @@ embedded mutator (where an island allows it) keeps them busy. Budgets count call
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections import defaultdict, deque
@@ -25,6 +26,7 @@ from workers.llm.config import EMBEDDED
 from workers.llm.feedback import from_result
 from workers.llm.prompts import PromptInput
 from workers.llm.worker import PREFIX, LLMJob, LLMOutcome
+from workers.skills import render_skills
 
 INVALID_KINDS = ("unparseable", "did_not_apply", "invalid_program")
 
@@ -107,13 +109,16 @@ class Proposals:
         return calls, tokens_in + tokens_out, _money(cfg, tokens_in, tokens_out)
 
     # --- submitting -------------------------------------------------------------------
-    def submit(self, model: str, request: MutationRequest, scores: dict, codes: dict):
-        """Send one job to `model`'s worker; returns (ref, job)."""
+    def submit(self, model: str, request: MutationRequest, scores: dict, codes: dict, instruction: str = ""):
+        """Send one job to `model`'s worker (its task worded by `instruction`, a prompt variant, if
+        given; the request's library skills shown); returns (ref, job)."""
         cfg = self.llm.model(model)
-        prompt = self._prompt_input(cfg, request, scores, codes)
+        prompt = dataclasses.replace(self._prompt_input(cfg, request, scores, codes),
+                                     skills=render_skills(request.skills), instruction=instruction)
         job = LLMJob(self.run_id, request.island, request.generation, request.parent_id, _id(), model, prompt,
                      request.seed, (_id(), _id()))
-        estimate = self._estimate(cfg, len(prompt.parent_code) * 2 + sum(len(c) for c, _ in prompt.inspirations) + 2500)
+        estimate = self._estimate(cfg, len(prompt.parent_code) * 2 + sum(len(c) for c, _ in prompt.inspirations)
+                                  + len(prompt.skills) + 2500)
         self.budget.reserve(*estimate)
         self.reserved[job.child_id] = estimate
         self.in_flight[model] += 1

@@ -164,9 +164,7 @@ def search_trials(archive, run_id: str) -> dict:
     Domains use it to correct the best's figure for selection among every trial
     (for example the Deflated Sharpe Ratio); failed programs count as trials too.
     """
-    scores = [row["score"] for row in archive.programs_with_scores(run_id, "search")
-              if row["status"] == Status.OK.value and row["score"] is not None]
-    return {"count": archive.count_evaluations(run_id, "search"), "search_scores": scores}
+    return {"count": archive.count_evaluations(run_id, "search"), "search_scores": archive.search_scores(run_id)}
 
 
 def _store(archive, run_id: str, label: str, program: tuple[str, str], result) -> None:

@@ -8,6 +8,7 @@ original would have.
 from __future__ import annotations
 
 import json
+from typing import Iterable
 
 import msgpack
 import numpy as np
@@ -121,22 +122,29 @@ class Archipelago:
         return archipelago
 
     @classmethod
-    def rebuild(cls, config: IslandsConfig, seed: int, rows: list[dict]) -> "Archipelago":
-        """Rebuild from archive rows in insertion order, as after a crash.
+    def rebuild(cls, config: IslandsConfig, seed: int, rows: Iterable[dict]) -> "Archipelago":
+        """Rebuild from archive rows in insertion order, as after a crash (see `replay`).
+
+        Random decisions draw from a fresh generator, so they may differ from the
+        original run's; the populations' shape is what is reproduced.
+        """
+        return cls(config, seed).replay(rows)
+
+    def replay(self, rows: Iterable[dict]) -> "Archipelago":
+        """Apply archive rows in insertion order, as they happened live; returns self.
 
         OK rows join their island. Rows with generation > 0 (everything but the
         seed program) count as results, as they did live, so the generation
         counters, the temperature schedule, migrations and resets are replayed.
-        Random decisions draw from a fresh generator, so they may differ from the
-        original run's; the populations' shape is what is reproduced.
+        Replaying rows[k:] on a snapshot taken after rows[:k] gives the same state
+        as replaying all of them.
         """
-        archipelago = cls(config, seed)
         for row in rows:
             if _status(row) == "OK" and row.get("score") is not None:
-                archipelago.add_result(int(row["island"]), _row_member(row))
+                self.add_result(int(row["island"]), _row_member(row))
             if int(row["generation"]) > 0:
-                archipelago.on_generation(int(row["island"]))
-        return archipelago
+                self.on_generation(int(row["island"]))
+        return self
 
 
 def _status(row: dict) -> str:

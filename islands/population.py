@@ -37,6 +37,7 @@ class Island:
         self.config = config
         self.generation = 0
         self._niches: dict[tuple, list[Member]] = {}
+        self._ids: set[str] = set()  # program ids of the members, so `contains` does not walk them
         self._grid = DescriptorGrid(config.descriptor_bins, config.descriptor_bounds)
 
     def add(self, member: Member) -> bool:
@@ -55,7 +56,10 @@ class Island:
     def _insert(self, key: tuple, member: Member) -> bool:
         niche = self._niches.setdefault(key, [])
         niche.append(member)
+        self._ids.add(member.program_id)
         niche.sort(key=rank_key)
+        for dropped in niche[self.config.max_members_per_niche:]:
+            self._ids.discard(dropped.program_id)
         del niche[self.config.max_members_per_niche:]
         return niche[0] is member
 
@@ -66,12 +70,12 @@ class Island:
 
     def _rebin(self) -> None:
         """Learned bounds widened: put every member back into its new cell, in order."""
-        old, self._niches = self.members(), {}
+        old, self._niches, self._ids = self.members(), {}, set()
         for member in old:
             self._insert(self._key(member), member)
 
     def contains(self, program_id: str) -> bool:
-        return any(m.program_id == program_id for m in self.members())
+        return program_id in self._ids
 
     def best(self) -> Member | None:
         """The best member of the island, or None when it is empty."""
@@ -100,7 +104,7 @@ class Island:
 
     def clear(self) -> None:
         """Drop every member (a reset); the generation count and learned bounds stay."""
-        self._niches = {}
+        self._niches, self._ids = {}, set()
 
     def __len__(self) -> int:
         return sum(len(niche) for niche in self._niches.values())
@@ -114,6 +118,7 @@ class Island:
         self.generation = state["generation"]
         self._grid.restore(state["grid"])
         self._niches = {tuple(key): [member_from_state(m) for m in niche] for key, niche in state["niches"]}
+        self._ids = {m.program_id for m in self.members()}
 
 
 def member_state(member: Member) -> list:

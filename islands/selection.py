@@ -61,7 +61,8 @@ def select_inspirations(island: Island, rng: np.random.Generator, k: int,
         return []
     own = island.niche_of(exclude_id) if exclude_id is not None else None
     others = [niche[0] for key, niche in island.niches().items() if key != own]
-    rest = [m for m in island.members() if m not in others and m.program_id != exclude_id]
+    shown = {m.program_id for m in others} | {exclude_id}  # ids are unique on an island
+    rest = [m for m in island.members() if m.program_id not in shown]
     picked = _shuffled(others, rng)[:k]
     return picked + _shuffled(rest, rng)[:k - len(picked)]
 

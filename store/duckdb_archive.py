@@ -1,26 +1,40 @@
 """The run archive: one DuckDB file per run directory, written by the driver only.
 
 Every write is one transaction over a whole batch, inserted through Arrow tables
-(never row by row), so a crash leaves either the whole batch or none of it. The
-schema is a sequence of versioned SQL files in `store/schema/`; opening an
-archive for writing applies the missing ones and records them in
-`schema_version`.
+(never row by row), so a crash leaves either the whole batch or none of it; the
+write path itself is `store/writer.py`. The schema is a sequence of versioned SQL
+files in `store/schema/`; opening an archive for writing applies the missing ones
+and records them in `schema_version`.
+
+The connection reaches no file but the archive and its settings are locked, so the
+driver can answer live read-only queries from a cursor of its own (`store/live.py`).
 """
 from __future__ import annotations
 
+import contextlib
 import json
-import math
-import os
-import subprocess
 import time
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
+from store.hash_index import HashSet
 from store.records import Candidate, EvalResult
+from store.writer import Writer, to_json
 
 SCHEMA_DIR = Path(__file__).with_name("schema")
+# The write-ahead log is folded into the file every 256 MB rather than DuckDB's default 16 MB:
+# each fold recompresses the table's newest row group whole, so frequent small folds cost
+# 2.5x the CPU and twice the file size on programs of 1-2 KB (benchmarks/archive_scale.py).
+# A crash then replays at most 256 MB of log on the next open. Live queries read Arrow
+# losslessly (store/live.py).
+CONFIG = {"enable_external_access": False, "autoinstall_known_extensions": False,
+          "autoload_known_extensions": False, "lock_configuration": True, "checkpoint_threshold": "256MB",
+          "arrow_lossless_conversion": True}
+_SEARCH_ROW = ("program_id", "island", "generation", "code", "mutator", "status", "score",
+               "instance_scores", "descriptors", "seq")
 
 
 def migrations() -> list[tuple[int, str, str]]:
@@ -31,38 +45,6 @@ def migrations() -> list[tuple[int, str, str]]:
     return found
 
 
-def _json(value) -> str:
-    return json.dumps(value, default=_jsonable, allow_nan=False)
-
-
-def _jsonable(value):
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    if hasattr(value, "value"):
-        return value.value
-    return str(value)
-
-
-def _finite(values) -> list[float | None]:
-    return [float(v) if v is not None and math.isfinite(float(v)) else None for v in values]
-
-
-def _clean(obj):
-    """Replace non-finite floats (not valid JSON) with None, recursively."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    if hasattr(obj, "tolist"):
-        return _clean(obj.tolist())
-    return obj
-
-
-_FLOATS = pa.list_(pa.float64())
-
-
 class DuckDBArchive:
     """A run directory's archive. Open read-write in the driver only.
 
@@ -70,15 +52,18 @@ class DuckDBArchive:
     - Each write method is one transaction: the whole batch lands, or none of it.
     - A program is stored once: recording a stored program id again keeps the first
       row (and its `seq`). An evaluation is kept per (program, split), and a later
-      one for the same key replaces it (INSERT OR REPLACE): the latest measurement wins.
+      one for the same key replaces it: the latest measurement wins. Evaluations are
+      of stored programs (or of programs in the same batch).
     - What the reads return (dicts, tuples, bytes) is a copy, detached from the file.
-    - One connection, no lock of its own: use an archive from one thread at a time.
+    - One connection, no lock of its own: use an archive from one thread at a time
+      (`cursor()` gives another thread a connection of its own).
     """
 
     def __init__(self, path: str | Path, read_only: bool = False):
         self.path = Path(path)
         self.read_only = read_only
-        self.con = duckdb.connect(str(self.path), read_only=read_only)
+        self.con = duckdb.connect(str(self.path), read_only=read_only, config=CONFIG)
+        self._writer: Writer | None = None
         if not read_only:
             self.migrate()
 
@@ -92,6 +77,10 @@ class DuckDBArchive:
         if self.con is not None:
             self.con.close()
             self.con = None
+
+    def cursor(self):
+        """A connection of its own to the same database, for another thread."""
+        return self.con.cursor()
 
     # --- schema ---------------------------------------------------------------
     def migrate(self) -> list[int]:
@@ -122,7 +111,7 @@ class DuckDBArchive:
         name = (config.get("run") or {}).get("name")
         self.con.execute("INSERT INTO runs (run_id, name, status, started_at, ended_at, config, toml) "
                          "VALUES (?, ?, 'created', now(), NULL, ?, ?)",
-                         [run_id, name, _json(config), toml_text])
+                         [run_id, name, to_json(config), toml_text])
 
     def record_protections(self, run_id: str, held: list[str]) -> None:
         """Store the sandbox protections in force; a resumed run keeps those that held in every segment."""
@@ -162,41 +151,60 @@ class DuckDBArchive:
         return row[0][0] if row else None
 
     # --- writes (one transaction per batch) -----------------------------------------
+    def write(self, run_id: str, pairs: list[tuple[Candidate, EvalResult]] = (),
+              evaluations: list[EvalResult] = (), events: list[tuple[str, dict]] = (),
+              snapshot: bytes | None = None) -> None:
+        """New programs with their evaluations, evaluations of stored programs (of run `run_id`),
+        events and the run's islands snapshot, all in one transaction."""
+        if not (pairs or evaluations or events or snapshot is not None):
+            return
+        writer = self._writer or Writer(self.con)
+        self._writer = writer
+
+        def work():
+            after = writer.write(list(pairs), [(r, run_id) for r in evaluations]) if pairs or evaluations else None
+            if events:
+                self._insert_events(run_id, events)
+            if snapshot is not None:
+                self._save_snapshot(run_id, snapshot)
+            return after
+        self._transaction(work)
+
     def record(self, pairs: list[tuple[Candidate, EvalResult]]) -> None:
         """Programs (new ones), their lineage edges and evaluations, in one transaction."""
-        if not pairs:
-            return
-        self._transaction(lambda: self._insert_pairs(pairs))
+        if pairs:
+            self.write(pairs[0][0].run_id, pairs=pairs)
 
     def record_evaluations(self, results: list[EvalResult], run_id: str) -> None:
         """Evaluations of programs already stored (e.g. held-out scores), in one transaction."""
-        if results:
-            self._transaction(lambda: self._insert_evaluations(results, run_id))
+        self.write(run_id, evaluations=results)
 
     def log_events(self, run_id: str, events: list[tuple[str, dict]]) -> None:
-        if not events:
-            return
-        now = time.time()
-        table = pa.table({"run_id": [run_id] * len(events), "ts": [now] * len(events),
-                          "kind": [kind for kind, _ in events],
-                          "data": [_json(_clean(data)) for _, data in events]})
-        self._transaction(lambda: self._insert("events", table))
+        self.write(run_id, events=events)
 
     def save_snapshot(self, run_id: str, data: bytes) -> None:
-        def write():
-            self.con.execute("DELETE FROM snapshots WHERE run_id = ?", [run_id])
-            self.con.execute("INSERT INTO snapshots VALUES (?, ?, ?)", [run_id, time.time(), data])
-        self._transaction(write)
+        self.write(run_id, snapshot=data)
 
     def load_snapshot(self, run_id: str) -> bytes | None:
         row = self.con.execute("SELECT data FROM snapshots WHERE run_id = ? ORDER BY saved_at DESC LIMIT 1",
                                [run_id]).fetchall()
         return bytes(row[0][0]) if row else None
 
+    def _insert_events(self, run_id: str, events: list[tuple[str, dict]]) -> None:
+        now = time.time()
+        self._insert("events", pa.table({"run_id": [run_id] * len(events), "ts": [now] * len(events),
+                                         "kind": [kind for kind, _ in events],
+                                         "data": [to_json(data) for _, data in events]}))
+
+    def _save_snapshot(self, run_id: str, data: bytes) -> None:
+        self.con.execute("DELETE FROM snapshots WHERE run_id = ?", [run_id])
+        self.con.execute("INSERT INTO snapshots VALUES (?, ?, ?)", [run_id, time.time(), data])
+
     def _transaction(self, work) -> None:
+        """Run `work` in one transaction; what it returns is called once the transaction committed."""
         self.con.execute("BEGIN")
         try:
-            work()
+            after = work()
             self.con.execute("COMMIT")
         except BaseException:
             try:
@@ -204,79 +212,82 @@ class DuckDBArchive:
             except duckdb.Error:  # a COMMIT that failed (e.g. no space left) already ended the transaction
                 pass
             raise
+        if after:
+            after()
 
-    def _insert(self, table_name: str, table: pa.Table, verb: str = "INSERT") -> None:
+    def _insert(self, table_name: str, table: pa.Table) -> None:
         self.con.register("_batch", table)
         try:
-            self.con.execute(f"{verb} INTO {table_name} BY NAME SELECT * FROM _batch")
+            self.con.execute(f"INSERT INTO {table_name} BY NAME SELECT * FROM _batch")
         finally:
-            self.con.unregister("_batch")
-
-    def _insert_pairs(self, pairs: list[tuple[Candidate, EvalResult]]) -> None:
-        known = self._existing_ids([c.program_id for c, _ in pairs])
-        fresh, seen = [], set(known)
-        for candidate, _ in pairs:
-            if candidate.program_id not in seen:
-                seen.add(candidate.program_id)
-                fresh.append(candidate)
-        if fresh:
-            start = self.con.execute("SELECT coalesce(max(seq), 0) FROM programs").fetchall()[0][0] + 1
-            self._insert("programs", pa.table({
-                "program_id": [c.program_id for c in fresh], "run_id": [c.run_id for c in fresh],
-                "island": pa.array([c.island for c in fresh], pa.int32()),
-                "generation": pa.array([c.generation for c in fresh], pa.int32()),
-                "parent_ids": pa.array([list(c.parent_ids) for c in fresh], pa.list_(pa.string())),
-                "code": [c.code for c in fresh], "code_hash": [c.code_hash for c in fresh],
-                "mutator": [c.mutator for c in fresh], "created_at": [float(c.created_at) for c in fresh],
-                "seq": pa.array(range(start, start + len(fresh)), pa.int64())}))
-            edges = [(c.program_id, p, c.run_id) for c in fresh for p in dict.fromkeys(c.parent_ids)]
-            if edges:
-                self._insert("lineage", pa.table({"child_id": [e[0] for e in edges],
-                                                  "parent_id": [e[1] for e in edges],
-                                                  "run_id": [e[2] for e in edges]}))
-        by_run: dict[str, list[EvalResult]] = {}
-        for candidate, result in pairs:
-            by_run.setdefault(candidate.run_id, []).append(result)
-        for run_id, results in by_run.items():
-            self._insert_evaluations(results, run_id)
-
-    def _existing_ids(self, ids: list[str]) -> set[str]:
-        rows = self.con.execute("SELECT program_id FROM programs WHERE program_id IN (SELECT unnest(?))",
-                                [ids]).fetchall()
-        return {r[0] for r in rows}
-
-    def _insert_evaluations(self, results: list[EvalResult], run_id: str) -> None:
-        now = time.time()
-        score = [None if r.score is None or not math.isfinite(r.score) else float(r.score) for r in results]
-        self._insert("evaluations", pa.table({
-            "program_id": [r.program_id for r in results], "run_id": [run_id] * len(results),
-            "split": [r.split for r in results], "status": [r.status.value for r in results],
-            "score": pa.array(score, pa.float64()),
-            "metrics": [_json(_clean(r.metrics)) for r in results],
-            "instance_scores": pa.array([_finite(r.instance_scores) for r in results], _FLOATS),
-            "descriptors": pa.array([_finite(r.descriptors) for r in results], _FLOATS),
-            "error": pa.array([r.error for r in results], pa.string()),
-            "duration_s": pa.array([float(r.duration_s) for r in results], pa.float64()),
-            "created_at": [now] * len(results)}), verb="INSERT OR REPLACE")
+            with contextlib.suppress(duckdb.TransactionException):  # a failed statement aborted the transaction
+                self.con.unregister("_batch")
 
     # --- reads ------------------------------------------------------------------
     def count_evaluations(self, run_id: str, split: str = "search") -> int:
+        """Evaluations of the run's programs on `split`, baselines excluded."""
+        if split == "search":
+            return self.con.execute("SELECT count(*) FROM programs WHERE run_id = ? AND search_status IS NOT NULL "
+                                    "AND mutator NOT LIKE 'baseline:%'", [run_id]).fetchall()[0][0]
         return self.con.execute("SELECT count(*) FROM evaluations e JOIN programs p USING (program_id) "
                                 "WHERE e.run_id = ? AND e.split = ? AND p.mutator NOT LIKE 'baseline:%'",
                                 [run_id, split]).fetchall()[0][0]
 
-    def known_hashes(self, run_id: str) -> set[str]:
+    def known_hashes(self, run_id: str) -> HashSet:
         """Hashes of every program text of the run: as stored, and as proposed before tuning
-        rewrote its PARAMS (kept in the evaluation's metrics as `proposed_hash`)."""
-        rows = self.con.execute(
-            "SELECT code_hash FROM programs WHERE run_id = ? UNION "
-            "SELECT json_extract_string(metrics, '$.proposed_hash') FROM evaluations "
-            "WHERE run_id = ? AND json_extract_string(metrics, '$.proposed_hash') IS NOT NULL",
-            [run_id, run_id]).fetchall()
-        return {h for (h,) in rows}
+        rewrote its PARAMS (`proposed_hash`), as a compact set (8 bytes a hash)."""
+        arrays = self.con.execute(
+            "SELECT TRY_CAST('0x' || code_hash AS UBIGINT) AS h FROM programs WHERE run_id = ? UNION ALL "
+            "SELECT TRY_CAST('0x' || proposed_hash AS UBIGINT) FROM programs WHERE run_id = ? "
+            "AND proposed_hash IS NOT NULL", [run_id, run_id]).fetchnumpy()
+        hashes = arrays["h"]
+        if np.ma.isMaskedArray(hashes):  # a stored hash that is not 16 hex digits
+            hashes = hashes.compressed()
+        return HashSet(np.asarray(hashes, dtype=np.uint64))
+
+    def form_hashes(self, run_id: str) -> list[str]:
+        """The normal-form hashes the run's search evaluations stored (`metrics.form_hash`), for dedup."""
+        rows = self.con.execute("SELECT json_extract_string(metrics, '$.form_hash') FROM evaluations "
+                                "WHERE run_id = ? AND split = 'search' AND json_exists(metrics, '$.form_hash')",
+                                [run_id]).fetchall()
+        return [h for (h,) in rows]
+
+    def last_seq(self) -> int:
+        """The commit number of the latest program (0 in an empty archive)."""
+        if self._writer is not None:
+            return self._writer.next_seq - 1
+        return self.con.execute("SELECT coalesce(max(seq), 0) FROM programs").fetchone()[0]
+
+    def search_rows(self, run_id: str, after_seq: int = 0, chunk: int = 10_000):
+        """The run's programs evaluated on the search split with seq > `after_seq`, code included,
+        in commit order (baselines excluded), fetched `chunk` rows at a time."""
+        cursor = self.con.cursor()
+        try:
+            cursor.execute(
+                "SELECT p.program_id, p.island, p.generation, p.code, p.mutator, p.search_status, p.search_score, "
+                "e.instance_scores, e.descriptors, p.seq FROM programs p JOIN evaluations e "
+                "ON e.program_id = p.program_id AND e.split = 'search' "
+                "WHERE p.run_id = ? AND p.seq > ? AND p.search_status IS NOT NULL "
+                "AND p.mutator NOT LIKE 'baseline:%' ORDER BY p.seq", [run_id, after_seq])
+            while rows := cursor.fetchmany(chunk):
+                for row in rows:
+                    item = dict(zip(_SEARCH_ROW, row))
+                    item["instance_scores"] = tuple(item["instance_scores"] or ())
+                    item["descriptors"] = tuple(item["descriptors"] or ())
+                    yield item
+        finally:
+            cursor.close()
+
+    def search_scores(self, run_id: str) -> list[float]:
+        """The OK search scores of the run's programs, in commit order (baselines excluded)."""
+        rows = self.con.execute("SELECT search_score FROM programs WHERE run_id = ? AND search_status = 'OK' "
+                                "AND search_score IS NOT NULL AND mutator NOT LIKE 'baseline:%' ORDER BY seq",
+                                [run_id]).fetchall()
+        return [score for (score,) in rows]
 
     def programs_with_scores(self, run_id: str, split: str = "search") -> list[dict]:
-        """Programs evaluated on `split`, in commit order (baselines excluded)."""
+        """Programs evaluated on `split`, in commit order (baselines excluded), code included:
+        every row in memory at once, so for small archives and tests; see `search_rows`."""
         rows = self.con.execute(
             "SELECT p.program_id, p.island, p.generation, p.code, p.mutator, e.status, e.score, "
             "e.instance_scores, e.descriptors FROM programs p JOIN evaluations e "
@@ -293,6 +304,14 @@ class DuckDBArchive:
         return out
 
     def best_program(self, run_id: str, split: str = "search") -> dict | None:
+        """The best OK program on `split` (ties: the shorter code, then the earlier)."""
+        if split == "search":
+            row = self.con.execute(
+                "SELECT program_id, code, search_score, island, generation FROM programs WHERE run_id = ? "
+                "AND search_status = 'OK' AND mutator NOT LIKE 'baseline:%' AND search_score = (SELECT "
+                "max(search_score) FROM programs WHERE run_id = ? AND search_status = 'OK' AND mutator NOT LIKE "
+                "'baseline:%') ORDER BY length(code), seq LIMIT 1", [run_id, run_id]).fetchall()
+            return dict(zip(("program_id", "code", "score", "island", "generation"), row[0])) if row else None
         row = self.con.execute(
             "SELECT p.program_id, p.code, e.score, p.island, p.generation FROM programs p JOIN evaluations e "
             "ON e.program_id = p.program_id AND e.split = ? WHERE p.run_id = ? AND e.status = 'OK' "
@@ -318,25 +337,3 @@ class DuckDBArchive:
         rows = self.con.execute("SELECT mutator, attempts, improvements FROM mutator_success WHERE run_id = ?",
                                 [run_id]).fetchall()
         return {m: (int(a), int(i)) for m, a, i in rows}
-
-    # --- live readers ---------------------------------------------------------------
-    def publish_snapshot(self, dest: str | Path) -> float:
-        """Atomically replace `dest` with a consistent copy of the archive; returns seconds taken.
-
-        The driver is the only writer and is single-threaded, so after a
-        checkpoint the file is complete and nothing writes while it is copied.
-        The copy runs in a child process: DuckDB's lock is a POSIX record lock,
-        which this process would drop the moment it closed any descriptor of
-        the file, letting a second writer in.
-        """
-        start = time.perf_counter()
-        dest = Path(dest)
-        self.con.execute("CHECKPOINT")
-        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-        try:
-            subprocess.run(["cp", "--", str(self.path), str(tmp)], check=True, stdin=subprocess.DEVNULL,
-                           capture_output=True)
-            os.replace(tmp, dest)
-        finally:
-            tmp.unlink(missing_ok=True)
-        return time.perf_counter() - start

@@ -4,8 +4,9 @@
 `skill_efficacy`, `skill_uses`, `skill_sightings`, `prompt_variants`,
 `prompt_variant_success`) and views over every known run's archive: `all_programs`,
 `all_evaluations`, `all_lineage`, `all_events` (each with `run_dir`) and `best_per_run`.
-A live run's archive is locked by its driver, so its published snapshot is attached
-instead (with a note); a run whose archive is gone is skipped (with a note).
+A live run's archive is locked by the process holding it, so that process is asked for
+the tables' rows (`store/live.py`, as committed at that moment) and they are loaded here
+(with a note); a run whose archive is gone is skipped (with a note).
 
 The same rules as `atoll query` (store/query.py): only reading statements are run, every
 database is attached read-only, and once the views exist the connection can reach no
@@ -18,9 +19,11 @@ from pathlib import Path
 import duckdb
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
 
+from store import live
 from store.duckdb_archive import migrations as archive_migrations
 from store.library import Library, is_lock_error
-from store.query import ARCHIVE, SNAPSHOT, QueryError, _explained, _first_line, _reads
+from store.query import ARCHIVE
+from store.readonly import QueryError, explained, first_line, reads
 
 LIBRARY_VIEWS = ("runs", "elites", "skills", "skill_efficacy", "skill_uses", "skill_sightings",
                  "prompt_variants", "prompt_variant_success")
@@ -63,12 +66,12 @@ def connect_library(library: Library, busy_s: float = 30.0) -> tuple[duckdb.Duck
         con.execute("SET lock_configuration = true")
     except duckdb.Error as exc:
         con.close()
-        raise QueryError(f"cannot read the library {library.path}: {_first_line(exc)}") from None
+        raise QueryError(f"cannot read the library {library.path}: {first_line(exc)}") from None
     return con, notes
 
 
 def _attach_archives(con, run_dirs: list[str]) -> list[str]:
-    """Attach each run's archive (or a live run's snapshot) and make the all_* views."""
+    """Attach each run's archive (or load a live run's tables) and make the all_* views."""
     parts: dict[str, list[str]] = {view: [f"SELECT NULL::VARCHAR AS run_dir, * FROM blank.{table}"]
                                    for view, table in ARCHIVE_TABLES.items()}
     notes = []
@@ -96,12 +99,24 @@ def _attach_one(con, alias: str, run_dir: Path) -> tuple[bool, str | None]:
         return True, None
     except duckdb.Error as exc:
         if not is_lock_error(exc):
-            return False, f"skipped {run_dir}: {_first_line(exc)}"
+            return False, f"skipped {run_dir}: {first_line(exc)}"
     try:
-        con.execute(f"ATTACH ? AS {alias} (READ_ONLY)", [str(run_dir / SNAPSHOT)])
-    except duckdb.Error:
-        return False, f"skipped {run_dir}: a live run holds it and has published no snapshot yet"
-    return True, f"{run_dir}: live run, answered from its snapshot"
+        _load_live(con, alias, run_dir)
+    except (live.NotServed, QueryError, OSError) as exc:
+        return False, f"skipped {run_dir}: a process holds it and did not answer ({first_line(exc)})"
+    return True, f"{run_dir}: live run, its tables as the process holding it answered"
+
+
+def _load_live(con, alias: str, run_dir: Path) -> None:
+    """A live run's tables, asked of the process holding its archive, as tables of schema `alias`."""
+    con.execute(f"CREATE SCHEMA {alias}")
+    for table in ARCHIVE_TABLES.values():
+        _, rows, _ = live.ask_arrow(run_dir, f"SELECT * FROM {table}")
+        con.register("live_rows", rows)
+        try:
+            con.execute(f"CREATE TABLE {alias}.{table} AS SELECT * FROM live_rows")
+        finally:
+            con.unregister("live_rows")
 
 
 def _blank_tables(con) -> None:
@@ -115,7 +130,7 @@ def _blank_tables(con) -> None:
 
 def run_library_query(library: Library, sql: str) -> tuple[list[str], list[tuple], str | None]:
     """Run read-only `sql` across runs; returns the last statement's columns and rows, and a note."""
-    statements = _reads(sql)
+    statements = reads(sql)
     con, notes = connect_library(library)
     try:
         for statement in statements:
@@ -124,6 +139,6 @@ def run_library_query(library: Library, sql: str) -> tuple[list[str], list[tuple
             return [], [], "; ".join(notes) or None
         return [d[0] for d in cursor.description], cursor.fetchall(), "; ".join(notes) or None
     except duckdb.Error as exc:
-        raise QueryError(_explained(exc)) from None
+        raise QueryError(explained(exc)) from None
     finally:
         con.close()

@@ -6,6 +6,7 @@ finds its way home without any actor handle.
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 from dataclasses import dataclass, field
 
@@ -38,6 +39,7 @@ class MutationRequest:
     seed: int = 0
     feedback: str = ""  # search-split metrics of the parent, for prompts
     skills: tuple = ()  # workers.skills.Skill ranked for this parent (library memory), best first
+    parent_score: float | None = None  # the parent's search score, to tell an improvement
 
 
 @dataclass(frozen=True)
@@ -53,8 +55,9 @@ class Candidate:
     mutator: str  # e.g. "seed", "embedded:perturb_const"
     created_at: float
 
-    @property
+    @functools.cached_property
     def code_hash(self) -> str:
+        """`code_hash(self.code)`, computed once per candidate."""
         return code_hash(self.code)
 
 

@@ -188,9 +188,38 @@ def test_bad_input_is_refused_before_the_run_exists(tmp_path, args, needle):
     assert not run_dir.exists()
 
 
+# A user domain whose seed program never returns, so the seed times out on any machine, however fast.
+HANGING_SEED = '''\
+from evaluators.simple import SimpleDomain
+
+SEED = """def act(state, params):
+    while True:
+        pass
+"""
+
+
+class Hang(SimpleDomain):
+    name = "hang"
+    entry_point = "act"
+    seed_program = SEED
+    baseline_programs = {"seed": SEED}
+    action_shape = ()
+    action_bounds = (-1.0, 1.0)
+
+    def instances(self, split, rng):
+        return [float(x) for x in rng.uniform(size=2)]
+
+    def simulate(self, instances, policy):
+        return [-abs(float(a)) for a in policy([{"x": x} for x in instances])]
+'''
+
+
 def test_resuming_a_run_whose_seed_failed_says_so(tmp_path):
     run_dir = tmp_path / "run"
-    out = atoll(tmp_path, "run", CONFIG, "--run-dir", run_dir, *TINY, "--set", "evaluator.sandbox.wall_s=0.05")
+    (tmp_path / "hang.py").write_text(HANGING_SEED)
+    (tmp_path / "hang.toml").write_text('[domain]\npath = "hang.py"\n')
+    out = atoll(tmp_path, "run", tmp_path / "hang.toml", "--run-dir", run_dir, "--set", "islands.count=2",
+                "--set", "evaluator.actors=1", "--set", "evaluator.sandbox.wall_s=1", "--no-report")
     assert out.returncode == 2 and "the seed program failed (TIMEOUT" in out.stderr
     again = atoll(tmp_path, "resume", run_dir, timeout=60)
     assert again.returncode == 2

@@ -15,7 +15,7 @@ from evaluators.domains.inventory.programs import MOTIFS, SEED_PROGRAM
 from store import library_records as records
 from store.duckdb_archive import DuckDBArchive
 from store.library import Library, default_path
-from store.records import Candidate, EvalResult, Status
+from store.records import Candidate, EvalResult, MutationRequest, Status
 from tests.tiny import TINY_INVENTORY
 from workers.ast_ops import OPERATORS, Motif, OpContext
 
@@ -29,6 +29,10 @@ def _config(**memory):
 
 def _candidate(pid, code=CHILD, parents=("seed",), mutator="embedded:insert_motif", run_id="r1"):
     return Candidate(pid, run_id, 0, 1, parents, code, mutator, 0.0)
+
+
+def _request(parent_id, parent_code=SEED_PROGRAM):
+    return MutationRequest("r1", 0, 1, parent_id, parent_code)
 
 
 def _ok(pid, score, split="search"):
@@ -82,7 +86,7 @@ def test_skill_uses_are_counted_once_however_often_they_are_sent(archive, tmp_pa
     events = []
     for i, score in enumerate([-0.8, -1.2, -0.95]):
         pid = f"k{i}"
-        memory.on_proposal(pid, "seed", sid)
+        memory.on_proposal(pid, _request("seed"), sid)
         events += memory.on_search_result(_candidate(pid, mutator="embedded:skill"), _ok(pid, score),
                                           SEED_PROGRAM, -0.9)
     archive.record([(_candidate(f"k{i}", CHILD.replace("12.0", f"1{i}.5"), mutator="embedded:skill"),
@@ -176,3 +180,25 @@ def test_prompt_variants_carry_their_success_across_runs():
     assert (second.variants[bad].uses, second.variants[bad].successes) == (6, 0)
     picks = [second.choose(rng).variant_id for _ in range(50)]
     assert picks.count(good) > 40
+
+
+def test_prompt_variant_uses_reach_the_library_once_and_a_child_never_made_counts_nothing(archive, tmp_path):
+    from workers.llm.prompts import DEFAULT_INSTRUCTION
+
+    llm = {"models": [{"backend": "openai", "name": "m", "base_url": "http://127.0.0.1:1/v1", "model": "m"}]}
+    config = validate({"domain": {"name": "inventory", "options": dict(TINY_INVENTORY)}, "mutator": {"llm": llm}})
+    memory = RunMemory(config, archive, "r1", tmp_path / "run")
+    variant = memory.variant()
+    assert variant.text == DEFAULT_INSTRUCTION and RunMemory(_config(), archive, "r1", tmp_path / "run").variant() is None
+    events = []
+    for i, score in enumerate([-0.8, -1.2]):
+        memory.on_proposal(f"v{i}", _request("seed"), variant=variant.variant_id)
+        events += memory.on_search_result(_candidate(f"v{i}", mutator="llm:m"), _ok(f"v{i}", score), None, -0.9)
+    memory.on_proposal("lost", _request("seed"), variant=variant.variant_id)
+    memory.forget("lost")  # the call gave no child
+    assert not memory.variant_of and not memory.parent_code
+    archive.log_events("r1", events)
+    memory.flush(2, -0.8, force=True)
+    memory.finish("completed", 2, -0.8)  # re-sends the run's uses from its events: counted once
+    [row] = Library(default_path()).transaction(lambda con: records.variants(con, "inventory"))
+    assert (row["variant_id"], row["uses"], row["successes"]) == (variant.variant_id, 2, 1)

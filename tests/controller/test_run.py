@@ -82,11 +82,12 @@ def test_kill_9_then_resume_completes_the_budget(tmp_path):
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     assert 6 <= seen < budget
+    assert (run_dir / "archive.sock").exists()  # the killed driver's, stale: queries above went to the archive
     time.sleep(1)
     done = subprocess.run([sys.executable, "-m", "controller", "resume", str(run_dir), "--no-report"],
                           cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stderr
-    assert _counts(run_dir) == (budget, budget)
+    assert _counts(run_dir) == (budget, budget) and not (run_dir / "archive.sock").exists()
     with DuckDBArchive(run_dir / "archive.duckdb", read_only=True) as archive:
         rows = archive.programs_with_scores(archive.latest_run_id())
     ids = [r["program_id"] for r in rows]

@@ -1,6 +1,8 @@
 """`atoll query --library`: every known run's archive attached read-only, with the library's tables."""
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +12,8 @@ from store.library import Library
 from store.library_query import run_library_query
 from store.query import QueryError
 from store.records import Candidate, EvalResult, Status
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(tmp_path, name, scores, library):
@@ -70,15 +74,15 @@ def test_no_other_file_is_reachable(tmp_path, library):
         run_library_query(library, "SELECT * FROM read_csv('/etc/passwd')")
 
 
-def test_a_live_run_is_read_from_its_snapshot_and_a_vanished_one_skipped(tmp_path, library):
+def test_a_live_run_is_asked_for_its_rows_and_a_vanished_one_skipped(tmp_path, library):
     live = _run(tmp_path, "live", [-1.0, -0.7], library)
     gone = _run(tmp_path, "gone", [-1.0], library)
     (gone / "archive.duckdb").unlink()
-    with DuckDBArchive(live / "archive.duckdb") as archive:
-        archive.publish_snapshot(live / "archive.snapshot.duckdb")
-    holder = subprocess.Popen([sys.executable, "-c", "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); "
-                               "print('held', flush=True); time.sleep(30)", str(live / "archive.duckdb")],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from store.duckdb_archive import DuckDBArchive; "
+         "from store.live import LiveReads; a = DuckDBArchive(sys.argv[1] + '/archive.duckdb'); "
+         "r = LiveReads(a, sys.argv[1]).__enter__(); print('held', flush=True); time.sleep(30)", str(live)],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         assert holder.stdout.readline().strip() == "held"
         _, rows, note = run_library_query(library, "SELECT run_id, search_score FROM best_per_run")
@@ -86,4 +90,4 @@ def test_a_live_run_is_read_from_its_snapshot_and_a_vanished_one_skipped(tmp_pat
         holder.kill()
         holder.wait()
     assert rows == [("live", -0.7)]
-    assert f"{live}: live run, answered from its snapshot" in note and f"skipped {gone}" in note
+    assert f"{live}: live run, its tables as the process holding it answered" in note and f"skipped {gone}" in note

@@ -1,4 +1,4 @@
-"""`run_query`: read-only, clear errors, no access to other files, a live run's snapshot."""
+"""`run_query`: read-only, clear errors, no access to other files, a live run answered by its holder."""
 import os
 import re
 import subprocess
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from store.duckdb_archive import DuckDBArchive
-from store.query import QueryError, from_snapshot, run_query
+from store.query import QueryError, is_live, run_query
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -88,35 +88,49 @@ def test_not_a_run_directory(tmp_path):
 WRITER = """
 import sys
 from store.duckdb_archive import DuckDBArchive
+from store.live import LiveReads
 with DuckDBArchive(sys.argv[1]) as archive:
     archive.create_run("r2", {}, "")
     print("ready", flush=True)
-    for line in sys.stdin:
-        archive.publish_snapshot(sys.argv[2])
-        print("published", flush=True)
+    sys.stdin.readline()
+    with LiveReads(archive, sys.argv[2]):
+        print("serving", flush=True)
+        for line in sys.stdin:
+            archive.set_run_status("r2", line.strip())
+            print("done", flush=True)
 """
 
 
-def test_a_live_run_is_answered_from_its_snapshot(run_dir):
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(run_dir / "archive.duckdb"),
-                               str(run_dir / "archive.snapshot.duckdb")], cwd=ROOT, text=True,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+def test_a_live_run_is_answered_by_its_holder(run_dir):
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(run_dir / "archive.duckdb"), str(run_dir)],
+                              cwd=ROOT, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              env=dict(os.environ, PYTHONPATH=str(ROOT)))
     try:
         assert writer.stdout.readline().strip() == "ready"
-        with pytest.raises(QueryError, match="live run that has not published a snapshot"):
+        with pytest.raises(QueryError, match="held by a process that answers no live queries yet.*lock"):
             run_query(run_dir, "SELECT count(*) FROM runs")
-        writer.stdin.write("publish\n")
+        writer.stdin.write("serve\n")
         writer.stdin.flush()
-        assert writer.stdout.readline().strip() == "published"
-        cols, rows, note = run_query(run_dir, "SELECT run_id FROM runs ORDER BY run_id")
-        assert rows == [("r1",), ("r2",)] and re.fullmatch(r"live run: .* \d+\.\d s old", note)
-        assert from_snapshot(note) and not from_snapshot(None)
+        assert writer.stdout.readline().strip() == "serving"
+        cols, rows, note = run_query(run_dir, "SELECT run_id, status FROM runs ORDER BY run_id")
+        assert rows == [("r1", "created"), ("r2", "created")] and re.fullmatch(r"live run: .* \(pid \d+\)", note)
+        assert is_live(note) and not is_live(None)
+        writer.stdin.write("running\n")  # a commit is visible to the next query at once
+        writer.stdin.flush()
+        assert writer.stdout.readline().strip() == "done"
+        assert run_query(run_dir, "SELECT status FROM runs WHERE run_id = 'r2'")[1] == [("running",)]
         with pytest.raises(QueryError, match="read-only"):
             run_query(run_dir, "DELETE FROM runs")
+        with pytest.raises(QueryError, match="read-only.*disabled"):
+            run_query(run_dir, "SELECT * FROM read_csv('/etc/passwd')")
+        with pytest.raises(QueryError, match="Catalog Error"):
+            run_query(run_dir, "SELECT * FROM no_such_table")
+        assert run_query(run_dir, "SELECT now() AS t")[1][0][0].tzinfo is not None
     finally:
         writer.stdin.close()
         writer.wait(timeout=30)
     assert run_query(run_dir, "SELECT count(*) FROM runs")[1:] == ([(2,)], None)
+    assert not (run_dir / "archive.sock").exists()
 
 
 def test_timestamps_with_time_zones_answer(run_dir):

@@ -1,0 +1,250 @@
+"""Live reads: the process holding an archive answers read-only queries of it.
+
+DuckDB lets one process hold a database file read-write, and no other process may
+open it meanwhile. So while the driver (or `atoll report`) holds a run's archive, a
+thread of it serves a Unix socket in the run directory, `archive.sock`. Each query
+runs on a connection of its own to the writer's database, inside a read-only
+transaction, after the same statement rules as `atoll query` (`store/readonly.py`);
+that database reaches no other file and its settings are locked
+(`store.duckdb_archive.CONFIG`). Rows stream back as Arrow IPC. Nothing is copied
+ahead of a query, so its cost is the query's own, whatever the archive's size.
+
+A killed process leaves its socket file behind: connecting to it is refused. The
+next process to hold the archive replaces it; until then readers open the archive
+itself, which no one holds.
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import socket
+import stat
+import struct
+import sys
+import threading
+import time
+from pathlib import Path
+
+import duckdb
+import msgpack
+import pyarrow as pa
+
+from store.readonly import QueryError, explained, first_line, reads
+
+SOCKET = "archive.sock"
+LIVE_NOTE = "live run: answered by the process holding it"
+QUERY_TIMEOUT_S = 300.0  # a live query is interrupted after this long
+_HEADER = struct.Struct("!I")
+_MAX_REQUEST = 1 << 20
+
+
+def _send(sock: socket.socket, obj) -> None:
+    data = msgpack.packb(obj)
+    sock.sendall(_HEADER.pack(len(data)) + data)
+
+
+def _receive(stream) -> dict:
+    head = stream.read(_HEADER.size)
+    if len(head) < _HEADER.size:
+        raise ConnectionError("the live reader closed the connection")
+    (size,) = _HEADER.unpack(head)
+    if size > _MAX_REQUEST:
+        raise ConnectionError(f"message of {size} bytes is too long")
+    return msgpack.unpackb(stream.read(size))
+
+
+@contextlib.contextmanager
+def _address(run_dir: Path):
+    """The socket's path, short enough for AF_UNIX (107 bytes) however deep the run directory is."""
+    path = str(run_dir / SOCKET)
+    if len(path.encode()) < 100:
+        yield path
+        return
+    fd = os.open(run_dir, os.O_PATH | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{fd}/{SOCKET}"
+    finally:
+        os.close(fd)
+
+
+class LiveReads:
+    """Serves read-only queries of `archive` on RUN_DIR/archive.sock until closed.
+
+    One query at a time, each in a read-only transaction on a connection of its own;
+    a query running past `timeout_s` is interrupted.
+    """
+
+    def __init__(self, archive, run_dir: str | Path, timeout_s: float = QUERY_TIMEOUT_S):
+        self.run_dir, self.timeout_s = Path(run_dir), timeout_s
+        self._con = archive.cursor()  # made here, used by the serving thread only
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._stop = threading.Event()
+        self._running = None  # the cursor of the query running now, to interrupt on close
+        self._thread = threading.Thread(target=self._serve, name="atoll-live-reads", daemon=True)
+
+    def __enter__(self) -> "LiveReads":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def start(self) -> None:
+        """Serve from now on; if the socket cannot be made, say so and carry on without live reads."""
+        path = self.run_dir / SOCKET
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                if stat.S_ISSOCK(path.lstat().st_mode):
+                    path.unlink()  # left by a killed holder: we hold the archive now, so it is stale
+            with _address(self.run_dir) as address:
+                self._sock.bind(address)
+        except OSError as exc:
+            print(f"[atoll] no live queries for this run: cannot serve {path}: {exc}", file=sys.stderr)
+            return
+        self._sock.listen(8)
+        self._sock.settimeout(0.2)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        running = self._running
+        if running is not None:
+            with contextlib.suppress(duckdb.Error):
+                running.interrupt()
+        if self._thread.is_alive():
+            self._thread.join()
+        self._sock.close()
+        self._con.close()
+        if self._thread.ident is not None:  # it served, so the socket file is ours
+            with contextlib.suppress(FileNotFoundError):
+                (self.run_dir / SOCKET).unlink()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                client, _ = self._sock.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            with client:
+                self._answer(client)
+
+    def _answer(self, client: socket.socket) -> None:
+        client.settimeout(10.0)
+        try:
+            with client.makefile("rb") as stream:
+                sql = _receive(stream)["sql"]
+            self._run(client, reads(sql))
+        except QueryError as exc:
+            self._reply_error(client, str(exc))
+        except duckdb.Error as exc:
+            self._reply_error(client, explained(exc))
+        except (OSError, ConnectionError, ValueError, KeyError, TypeError, msgpack.UnpackException):
+            pass  # a client that went away or spoke nonsense gets nothing
+
+    def _reply_error(self, client: socket.socket, message: str) -> None:
+        with contextlib.suppress(OSError):
+            _send(client, {"ok": False, "error": message})
+
+    def _run(self, client: socket.socket, statements: list) -> None:
+        """Run the statements in one read-only transaction; stream the last one's rows."""
+        cursor = self._running = self._con.cursor()
+        timer = threading.Timer(self.timeout_s, cursor.interrupt)
+        timer.start()
+        try:
+            relation = run_read_only(cursor, statements)
+            if relation is None:
+                _send(client, {"ok": True, "pid": os.getpid(), "columns": None})
+                return
+            reader = relation.to_arrow_reader(8192)
+            batches = iter(reader)
+            first = next(batches, None)  # most failures (and interrupts) happen before the first rows
+            _send(client, {"ok": True, "pid": os.getpid(), "columns": relation.columns})
+            with client.makefile("wb") as out, pa.ipc.new_stream(out, reader.schema) as writer:
+                for batch in itertools.chain([first] if first is not None else [], batches):
+                    writer.write_batch(batch)
+        finally:
+            timer.cancel()
+            with contextlib.suppress(duckdb.Error):
+                cursor.execute("ROLLBACK")
+            self._running = None
+            cursor.close()
+
+
+def run_read_only(cursor, statements: list):
+    """Open a read-only transaction on `cursor`, run every statement but the last, and
+    return the last one as a relation (None if it yields no rows). The caller rolls back."""
+    cursor.execute("BEGIN TRANSACTION READ ONLY")
+    for statement in statements[:-1]:
+        cursor.execute(statement)
+    return cursor.sql(statements[-1].query)
+
+
+class NotServed(Exception):
+    """No live reader answers in this run directory (none started yet, or a stale socket)."""
+
+
+def ask(run_dir: str | Path, sql: str) -> tuple[list[str], list[tuple], str]:
+    """Ask the process holding RUN_DIR's archive; (columns, rows, note) like `store.query.run_query`.
+
+    Raises NotServed when nothing listens, QueryError for a refused or failed query.
+    """
+    columns, table, note = ask_arrow(run_dir, sql)
+    return columns, ([] if table is None else _rows(table)), note
+
+
+def ask_arrow(run_dir: str | Path, sql: str) -> tuple[list[str], pa.Table | None, str]:
+    """`ask`, with the last statement's rows as the Arrow table that came back (None: no rows)."""
+    run_dir = Path(run_dir)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(QUERY_TIMEOUT_S + 30)
+        try:
+            with _address(run_dir) as address:
+                sock.connect(address)
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            raise NotServed(str(exc)) from None
+        _send(sock, {"sql": sql})
+        with sock.makefile("rb") as stream:
+            header = _receive(stream)
+            if not header["ok"]:
+                raise QueryError(header["error"])
+            note = f"{LIVE_NOTE} (pid {header['pid']})"
+            if header["columns"] is None:
+                return [], None, note
+            try:
+                table = pa.ipc.open_stream(stream).read_all()
+            except pa.ArrowInvalid as exc:
+                raise QueryError(f"the live answer broke off (interrupted, or the process holding the archive "
+                                 f"stopped): {first_line(exc)}") from None
+    return list(header["columns"]), table, note
+
+
+_converter: list = []  # one in-memory DuckDB per process, made on first use
+_converter_lock = threading.Lock()
+
+
+def _rows(table: pa.Table) -> list[tuple]:
+    """Python values exactly as DuckDB's own fetchall gives them (the Arrow is lossless)."""
+    plain = table.rename_columns([f"c{i}" for i in range(table.num_columns)])
+    with _converter_lock:
+        if not _converter:
+            _converter.append(duckdb.connect())
+        cursor = _converter[0].cursor()
+    try:
+        return cursor.from_arrow(plain).fetchall()
+    finally:
+        cursor.close()
+
+
+def ask_waiting(run_dir: str | Path, sql: str, wait_s: float = 3.0):
+    """`ask`, retrying while the holder may still be starting its live reader."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return ask(run_dir, sql)
+        except NotServed:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)

@@ -1,0 +1,72 @@
+"""The rules of a read-only query, shared by `atoll query` and the driver's live reads.
+
+A query may only read: its statements are parsed and refused unless every one of
+them is a read (SELECT, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN of a read, a few
+PRAGMAs). That is the first of three guards; the others are where it runs: a
+read-only connection (or read-only transaction) that reaches no other file and
+cannot change settings.
+"""
+from __future__ import annotations
+
+import re
+
+import duckdb
+
+_READ_PRAGMAS = frozenset({"table_info", "show", "show_tables", "show_tables_expanded", "show_databases",
+                           "database_list", "database_size", "storage_info", "version", "platform", "functions"})
+_ASK = "ask with SELECT (or DESCRIBE, SHOW, SUMMARIZE, EXPLAIN, PRAGMA table_info)"
+
+
+class QueryError(Exception):
+    """Bad query or not a run directory: a one-line message for the user."""
+
+
+def reads(sql: str) -> list:
+    """The parsed statements, if every one of them only reads; QueryError otherwise."""
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise QueryError(first_line(exc)) from None
+    if not statements:
+        raise QueryError(f"no SQL statement given; {_ASK}")
+    for statement in statements:
+        kind = _refused(statement)
+        if kind:
+            raise QueryError(f"the archive is read-only: {kind} statements are refused; {_ASK}")
+    return statements
+
+
+def _refused(statement) -> str | None:
+    """What kind of statement this is, if it might change anything; None for a read."""
+    text = statement.query.strip()
+    if statement.type == duckdb.StatementType.SELECT:
+        return None
+    if statement.type == duckdb.StatementType.PRAGMA:
+        name = re.match(r"pragma\s+(\w+)", text, re.IGNORECASE)
+        if name and name.group(1).lower() in _READ_PRAGMAS:
+            return None
+    if statement.type == duckdb.StatementType.EXPLAIN:
+        inner = re.sub(r"^explain\s+(analy[sz]e\s+)?(\([^)]*\)\s*)?", "", text, flags=re.IGNORECASE)
+        try:
+            explained = duckdb.extract_statements(inner) if inner != text else []
+        except duckdb.Error:
+            explained = []
+        if len(explained) != 1:
+            return "EXPLAIN"
+        return _refused(explained[0])
+    word = text.split(None, 1)[0].upper() if text else ""
+    return word if word.isalpha() else statement.type.name
+
+
+def explained(exc: duckdb.Error) -> str:
+    message = first_line(exc)
+    if isinstance(exc, duckdb.PermissionException):
+        return f"the archive is read-only and queries reach no other file: {message}"
+    if "read-only mode" in message or "configuration has been locked" in message:
+        return f"the archive is read-only: {message}"
+    return message
+
+
+def first_line(exc: Exception) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__

@@ -1,0 +1,135 @@
+"""Live reads: the process holding an archive answers `atoll query`, read-only, and a killed
+holder's socket does not stop anyone (real DuckDB files, real processes, real sockets)."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from store.duckdb_archive import DuckDBArchive
+from store.live import SOCKET, LiveReads, run_read_only
+from store.query import QueryError, is_live, run_query
+from store.records import Candidate, EvalResult, Status
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = dict(os.environ, PYTHONPATH=str(ROOT))
+COUNT = [sys.executable, "-c", "import sys; from store.query import run_query; "
+         "cols, rows, note = run_query(sys.argv[1], 'SELECT count(*) FROM programs'); print(rows[0][0], note)"]
+
+
+def pair(pid, parents=()):
+    return (Candidate(pid, "r1", 0, len(parents), tuple(parents), f"x = {pid!r}", "seed" if not parents else "m", 0.0),
+            EvalResult(pid, "search", Status.OK, score=-1.0))
+
+
+@pytest.fixture()
+def held(tmp_path):
+    """An archive held read-write by this process, serving live reads."""
+    with DuckDBArchive(tmp_path / "archive.duckdb") as archive, LiveReads(archive, tmp_path):
+        archive.create_run("r1", {})
+        yield archive, tmp_path
+
+
+def _ask_from_another_process(run_dir) -> str:
+    out = subprocess.run(COUNT + [str(run_dir)], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_another_process_sees_each_commit_at_once_while_the_writer_keeps_its_lock(held):
+    archive, run_dir = held
+    archive.record([pair("a")])
+    assert _ask_from_another_process(run_dir).startswith("1 live run: answered by the process holding it")
+    archive.record([pair("b", ["a"])])
+    assert _ask_from_another_process(run_dir).startswith("2 live")
+    probe = subprocess.run([sys.executable, "-c", "import duckdb, sys; duckdb.connect(sys.argv[1], read_only=True)",
+                            str(archive.path)], capture_output=True, text=True)
+    assert probe.returncode != 0 and "lock" in probe.stderr
+    archive.record([pair("c", ["b"])])  # still the writer
+    assert sorted(p.name for p in run_dir.iterdir() if not p.name.endswith(".wal")) == ["archive.duckdb", SOCKET]
+
+
+def test_the_transaction_and_the_database_refuse_what_the_parser_would(held):
+    """Even a statement the parser let through could neither write, reach a file, nor change a setting."""
+    archive, _ = held
+    cursor = archive.cursor()
+    for sql, error in [("DELETE FROM runs", "read-only mode"), ("CREATE TABLE t (a INT)", "read-only mode"),
+                       ("SELECT * FROM read_csv('/etc/passwd')", "disabled by configuration"),
+                       ("SET threads = 1", "configuration has been locked"),
+                       ("ATTACH '/tmp/other.duckdb' AS other", "disabled by configuration")]:
+        with pytest.raises(duckdb.Error, match=error):
+            run_read_only(cursor, duckdb.extract_statements(sql))
+        cursor.execute("ROLLBACK")
+    assert archive.con.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
+
+
+def test_a_query_past_its_time_is_interrupted(tmp_path):
+    with DuckDBArchive(tmp_path / "archive.duckdb") as archive, LiveReads(archive, tmp_path, timeout_s=0.3):
+        with pytest.raises(QueryError, match="INTERRUPT|interrupted"):
+            run_query(tmp_path, "SELECT count(*) FROM range(1000000000000) a(x) WHERE x % 7 = 3")
+        assert run_query(tmp_path, "SELECT 42")[1] == [(42,)]  # and the next one answers
+
+
+def test_a_deep_run_directory_is_served(tmp_path):
+    deep = tmp_path.joinpath(*["d" * 30] * 4)
+    deep.mkdir(parents=True)
+    assert len(str(deep / SOCKET)) > 108
+    with DuckDBArchive(deep / "archive.duckdb") as archive, LiveReads(archive, deep):
+        archive.create_run("r1", {})
+        cols, rows, note = run_query(deep, "SELECT run_id FROM runs")
+    assert rows == [("r1",)] and is_live(note)
+
+
+HOLDER = """
+import sys, time
+from store.duckdb_archive import DuckDBArchive
+from store.live import LiveReads
+with DuckDBArchive(sys.argv[1] + "/archive.duckdb") as archive, LiveReads(archive, sys.argv[1]):
+    if sys.argv[2] == "new":
+        archive.create_run("r1", {})
+        archive.set_run_status("r1", "running")
+    print("serving", flush=True)
+    time.sleep(600)
+"""
+
+
+def _holder(run_dir, mode):
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(run_dir), mode], cwd=ROOT, env=ENV, text=True,
+                            stdout=subprocess.PIPE, start_new_session=True)
+    assert proc.stdout.readline().strip() == "serving"
+    return proc
+
+
+def test_a_stale_socket_after_kill_9_neither_blocks_queries_nor_the_next_holder(tmp_path, atoll_cli):
+    first = _holder(tmp_path, "new")
+    assert is_live(run_query(tmp_path, "SELECT 1")[2])
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    assert (tmp_path / SOCKET).exists()  # left behind: connecting to it is refused
+    cols, rows, note = run_query(tmp_path, "SELECT status FROM runs")
+    assert rows == [("running",)] and note is None  # answered by the archive itself
+    status = atoll_cli("status", str(tmp_path))
+    assert "no driver holds this run" in status.stdout
+    second = _holder(tmp_path, "again")
+    try:
+        cols, rows, note = run_query(tmp_path, "SELECT status FROM runs")
+        assert rows == [("running",)] and is_live(note) and f"pid {second.pid}" in note
+        assert "no driver holds" not in atoll_cli("status", str(tmp_path)).stdout
+    finally:
+        os.killpg(second.pid, signal.SIGTERM)
+        second.wait(timeout=30)
+    started = time.monotonic()
+    assert run_query(tmp_path, "SELECT count(*) FROM runs")[1] == [(1,)]
+    assert time.monotonic() - started < 5
+
+
+def test_a_run_directory_where_no_socket_can_be_made_still_records(tmp_path, capsys):
+    (tmp_path / SOCKET).mkdir()  # something that is no socket stands in the way
+    with DuckDBArchive(tmp_path / "archive.duckdb") as archive, LiveReads(archive, tmp_path):
+        archive.record([pair("a")])
+    assert "no live queries for this run" in capsys.readouterr().err
+    assert (tmp_path / SOCKET).is_dir() and run_query(tmp_path, "SELECT count(*) FROM programs")[1] == [(1,)]
