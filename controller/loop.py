@@ -196,6 +196,8 @@ class Search:
                         self.publish()
                         last_publish = now
                     progress.update(time.monotonic() - start)
+            if searching and not self.seed_error:  # budget spent: now and then a prompt variant for later runs
+                self.events += self.memory.rewrite_variant(self.proposals.ask_text, self.proposals.first_model())
         except KeyboardInterrupt:
             status = "interrupted"
             self._cancel_all()

@@ -164,6 +164,18 @@ class RunMemory:
         """The prompt variant for the next LLM request (Thompson sampling), or None without the library."""
         return self.variants.choose(self.rng) if self.variants is not None else None
 
+    def rewrite_variant(self, ask: Callable[[str], str], model: str = "llm") -> list[tuple[str, dict]]:
+        """With chance `memory.variant_rewrite_chance`, a new prompt variant from `ask` (prompt text to
+        reply text, one LLM call) joins the library's population; its event, if one did."""
+        if self.variants is None:
+            return []
+        try:
+            made = self.variants.maybe_rewrite(ask, self.rng, self.memory.variant_rewrite_chance, model)
+        except LibraryError as exc:
+            return [("prompt-variant-rewrite-failed", {"error": str(exc)})]
+        return [("prompt-variant-rewritten", {"variant_id": made.variant_id, "parent_id": made.parent_id,
+                                              "text": made.text})] if made else []
+
     def on_proposal(self, program_id: str, request, skill_id: str = "", variant: str = "") -> None:
         """A child asked for with `request` (a MutationRequest) is on its way to be evaluated; it
         replays `skill_id`, or an LLM was asked for it with prompt `variant`, if any. Its parent's code

