@@ -202,3 +202,13 @@ def test_prompt_variant_uses_reach_the_library_once_and_a_child_never_made_count
     memory.finish("completed", 2, -0.8)  # re-sends the run's uses from its events: counted once
     [row] = Library(default_path()).transaction(lambda con: records.variants(con, "inventory"))
     assert (row["variant_id"], row["uses"], row["successes"]) == (variant.variant_id, 2, 1)
+
+
+def test_a_warm_start_elite_joins_every_island_again_on_a_resume(archive):
+    from controller.resume import load_islands
+
+    config = validate({"domain": {"name": "inventory"}, "islands": {"count": 3}})
+    archive.record([(Candidate("seed", "r1", 0, 0, (), SEED_PROGRAM, "seed", 0.0), _ok("seed", -1.0)),
+                    (Candidate("elite", "r1", 0, 0, (), CHILD, WARM, 0.0), _ok("elite", -0.8))])
+    islands = load_islands(archive, "r1", config, 2).islands
+    assert [island.best().program_id for island in islands.islands] == ["elite"] * 3

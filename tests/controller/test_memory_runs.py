@@ -82,3 +82,52 @@ def test_a_skill_learned_in_one_run_is_used_in_the_next_and_its_counts_add_up(at
     assert listed[str(second)]["warm start from"].startswith(f"{first_id}: ")
     skills = [json.loads(line) for line in atoll_cli("skills", "--domain", "inventory", "--json").stdout.splitlines()]
     assert {s["skill_id"] for s in learned} <= {s["skill_id"] for s in skills}  # the second run may add more
+
+
+@pytest.mark.slow
+def test_a_warm_run_killed_with_9_resumes_without_evaluating_its_elites_again_and_the_library_ends_whole(
+        tmp_path, temporary_library):
+    from controller.config import load_config
+    from controller.memory import fingerprint
+    from evaluators.domains.inventory.programs import BASELINES
+    from store import library_records as records
+    from store.library import Library
+    from store.records import code_hash
+    from tests.controller.runs import CONFIG, TINY as FAULT_TINY, atoll, kill_group, start, wait_for_evaluations
+
+    config, _ = load_config(CONFIG, [a for a in FAULT_TINY if a != "--set"])
+    elites = [{"program_id": f"e{i}", "search_score": -1.0 + i / 10, "code": code, "code_hash": code_hash(code),
+               "domain": "inventory", "fingerprint": fingerprint(config.domain)}
+              for i, code in enumerate(list(BASELINES.values())[:2])]
+    library = Library(temporary_library)
+    library.transaction(lambda con: (records.upsert_run(con, {
+        "run_id": "earlier", "run_dir": str(tmp_path / "earlier"), "domain": "inventory",
+        "fingerprint": elites[0]["fingerprint"], "config": {}, "status": "completed"}),
+        records.replace_elites(con, "earlier", elites)))
+    run_dir = tmp_path / "run"
+    args = ["run", CONFIG, "--run-dir", run_dir, "--max-evals", "8", "--no-report", *FAULT_TINY,
+            "--set", "memory.warm_start=true", "--set", "memory.warm_elites=2"]
+    proc = start(tmp_path, *args)
+    try:
+        wait_for_evaluations(run_dir, 4, proc)  # the seed and both elites are in
+    finally:
+        kill_group(proc)
+    [(status,)] = library.transaction(lambda con: con.execute(
+        "SELECT status FROM runs WHERE run_dir = ?", [str(run_dir.resolve())]).fetchall())
+    assert status == "running"  # catalogued at its start; the kill left it so
+    resumed = atoll(tmp_path, "resume", run_dir, "--no-report")
+    assert resumed.returncode == 0, resumed.stderr
+    warm = _rows_in(run_dir, "SELECT count(*), count(DISTINCT code_hash) FROM programs WHERE mutator = 'warm-start'")
+    assert warm == [(2, 2)]  # each elite evaluated once, across the kill
+    islands = _rows_in(run_dir, "SELECT count(*) FROM events WHERE kind = 'warm-start'")
+    assert islands == [(2,)]
+    [(status, evaluations, kept)] = library.transaction(lambda con: con.execute(
+        "SELECT r.status, r.evaluations, (SELECT count(*) FROM elites e WHERE e.run_id = r.run_id) "
+        "FROM runs r WHERE run_dir = ?", [str(run_dir.resolve())]).fetchall())
+    assert (status, evaluations, kept) == ("completed", 8, 4)
+
+
+def _rows_in(run_dir, sql):
+    from store.query import run_query
+
+    return run_query(run_dir, sql)[1]
