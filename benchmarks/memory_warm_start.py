@@ -12,6 +12,9 @@ each pair is scored on the same search data and the counts compare like with lik
 
     python3 benchmarks/memory_warm_start.py [--evals 48] [--keep DIR]
 
+With --keep, a run already completed in DIR is kept (its held-out table printed again by
+`atoll report`), so a call stopped half-way goes on where it stopped.
+
 Runs `atoll` as subprocesses (each starts its own local Ray); the library is a fresh
 file in the work directory, never the user's.
 """
@@ -37,10 +40,18 @@ OTHER_INSTANCES = "[" + ", ".join(f'{{lead_time = {lead}, penalty = {p}, demand 
                                   for lead in (1, 2, 4) for p in (4, 19)) + "]"
 
 
-def _atoll(args: list[str], env: dict) -> tuple[str, float]:
+RAY_DID_NOT_START = "Failed to connect to Ray cluster"  # a local Ray that did not come up (a loaded machine)
+
+
+def _atoll(args: list[str], env: dict, tries: int = 3) -> tuple[str, float]:
+    """Run `atoll ARGS`; a local Ray that fails to start (before the run exists) is tried again."""
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "controller", *args], cwd=ROOT, env=env, text=True,
-                          capture_output=True)
+    for _ in range(tries):
+        proc = subprocess.run([sys.executable, "-m", "controller", *args], cwd=ROOT, env=env, text=True,
+                              capture_output=True)
+        if proc.returncode == 0 or RAY_DID_NOT_START not in proc.stderr:
+            break
+        print(f"  (Ray did not start; trying atoll {args[0]} again)", flush=True)
     if proc.returncode != 0:
         raise SystemExit(f"atoll {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return proc.stdout, time.monotonic() - start
@@ -61,6 +72,13 @@ def _trajectory(run_dir: Path) -> list[float]:
 def _reach(trajectory: list[float], target: float) -> int | None:
     """Evaluations until the best-so-far first reaches `target` (None: never)."""
     return next((i + 1 for i, best in enumerate(trajectory) if best >= target - 1e-12), None)
+
+
+def _completed(run_dir: Path) -> bool:
+    if not (run_dir / "archive.duckdb").exists():
+        return False
+    _, rows, _ = run_query(run_dir, "SELECT status FROM runs")
+    return rows == [("completed",)]
 
 
 def _heldout_table(stdout: str) -> str:
@@ -99,7 +117,11 @@ def main() -> None:
     print(f"load average at start: {os.getloadavg()}; {os.cpu_count()} CPUs; work directory {work}")
     outputs, trajectories = {}, {}
     for name, extra in plan.items():
-        outputs[name], seconds = _atoll(["run", *common, "--run-dir", str(work / name), *extra], env)
+        if _completed(work / name):  # kept from an earlier call with the same --keep: its table again
+            outputs[name], seconds = _atoll(["report", str(work / name)], env)
+            print(f"run {name}: kept from before", flush=True)
+        else:
+            outputs[name], seconds = _atoll(["run", *common, "--run-dir", str(work / name), *extra], env)
         trajectories[name] = _trajectory(work / name)
         print(f"run {name}: {len(trajectories[name])} evaluations, best {trajectories[name][-1]:.5f}, "
               f"{seconds:.0f} s (load average now {os.getloadavg()[0]:.1f})", flush=True)

@@ -25,7 +25,7 @@ from controller.skill_learning import SkillLearner
 from controller.variant_memory import VariantMemory
 from controller.warm_start import plan_warm_start, stored_plan
 from store import library_records as records
-from store.library import Library, LibraryBusy, LibraryError, default_path
+from store.library import Library, LibraryError, default_path
 from store.records import Candidate, EvalResult, Status
 from workers.prompt_variants import PromptVariant
 from workers.skill_edits import SkillEdit
