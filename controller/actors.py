@@ -99,8 +99,8 @@ def connect(address: str | None, num_cpus: int | None = None) -> dict:
     if address:
         join(address, env, source)  # a bad address is one line, before the run exists
     else:
-        # "local": start a Ray of our own; without it ray.init() joins any Ray whose GCS process it
-        # sees on the machine (another run's, possibly in another network namespace, where it hangs)
+        # "local": a Ray of its own, never the last `ray start` cluster that Ray would otherwise
+        # find through /tmp/ray/ray_current_cluster (another user's, or one in another network namespace)
         ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, runtime_env=env,
                  log_to_driver=False, configure_logging=False)
     return ray.cluster_resources()

@@ -21,6 +21,10 @@ EPILOG = """examples:
   atoll set runs/try run.max_evals=800              change the budget of a live run
   atoll report runs/try                             the held-out table again (after a stopped report)
   atoll baselines configs/inventory.toml
+  atoll runs                                        the runs the library knows
+  atoll query --library "SELECT * FROM best_per_run"   SQL across every known run
+  atoll skills --domain inventory                   learned skills and their efficacy
+  atoll run configs/inventory.toml --set memory.warm_start=true   start from the library
   atoll new-domain pricing                          write an example domain of your own into ./pricing
   atoll check pricing/pricing.toml                  check that a domain keeps the contract
   atoll submit configs/inventory.toml --address http://HEAD:8265   the search as a Ray job on a cluster
@@ -58,10 +62,20 @@ def build_parser() -> argparse.ArgumentParser:
     for p in (run, sub.choices["resume"]):
         p.add_argument("--ray-address", help="join this Ray cluster (default: RAY_ADDRESS, else start a local Ray)")
         p.add_argument("--no-report", action="store_true", help="skip the held-out table at the end")
-    query = sub.add_parser("query", help="run read-only SQL on a run's archive (also while it is live)")
-    query.add_argument("run_dir")
+    query = sub.add_parser("query", help="run read-only SQL on a run's archive (also while it is live), "
+                                         "or with --library across every run the library knows")
+    query.add_argument("run_dir", nargs="?", help="a run directory (not with --library)")
     query.add_argument("sql", help='e.g. "SELECT * FROM best_per_island"')
     query.add_argument("--json", action="store_true", help="print rows as JSON lines")
+    query.add_argument("--library", action="store_true", help="query the library: runs, skills, elites, and "
+                       "all_programs, all_evaluations, all_events, best_per_run over every known run")
+    runs = sub.add_parser("runs", help="list the runs the library knows")
+    skills = sub.add_parser("skills", help="list the library's skills with their efficacy, or retire one")
+    for p in (runs, skills):
+        p.add_argument("--domain", help="only this domain")
+        p.add_argument("--json", action="store_true", help="print rows as JSON lines")
+    skills.add_argument("--retire", metavar="SKILL_ID", help="retire a skill: kept, never retrieved again")
+    skills.add_argument("--all", action="store_true", help="include retired skills")
     base = sub.add_parser("baselines", help="score the domain's baselines on the held-out split")
     base.add_argument("config")
     base.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")

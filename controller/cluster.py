@@ -32,6 +32,10 @@ def _probe(_evaluator) -> tuple[str, str]:
     return where()
 
 
+# The pending kind of an evaluation of each split (the loop's jobs in flight are counted by kind).
+KIND = {"search": "eval", "heldout": "heldout", "validation": "validate"}
+
+
 class Pending(dict):
     """The loop's jobs in flight (ref -> (kind, payload, actor)), counted per kind as they come and go.
 
@@ -105,7 +109,7 @@ class EvaluatorPool:
         return [self.evaluators[slot] for slot in sorted(self.load)] or list(self.evaluators)
 
     def _backlogged(self, kind: str | None) -> int:
-        return sum(1 for _, split in self.backlog if kind is None or kind == ("eval" if split == "search" else "heldout"))
+        return sum(1 for _, split in self.backlog if kind is None or kind == KIND[split])
 
     def _drain_backlog(self) -> None:
         while self.backlog and self.load:

@@ -13,6 +13,7 @@ from rich.console import Console
 from controller import rundir
 from controller.cli import UserError
 from controller.config import apply_overrides, load_config, validate
+from controller.memory_commands import cmd_runs, cmd_skills, library_query  # noqa: F401  (the library's commands)
 from controller.domain_commands import cmd_check, cmd_new_domain  # noqa: F401  (the CLI finds commands here)
 from controller.control_commands import cmd_continue, cmd_pause, cmd_set, cmd_stop, cmd_watch  # noqa: F401
 from controller.submit import cmd_jobs, cmd_submit, storage_root  # noqa: F401
@@ -39,6 +40,7 @@ def cmd_run(args) -> int:
     config, text = load_config(args.config, overrides)
     root = storage_root(config, args.run_dir)  # in a Ray job: never inside Ray's copy of the working dir
     protections = _sandbox_protections(config)
+    _memory_checked(config)
     if args.run_dir:
         rundir.check_free(Path(args.run_dir))
     args.control = _control_setup(config)
@@ -109,6 +111,21 @@ def cmd_resume(args) -> int:
         return _search(config, archive, run_id, run_dir, args)
 
 
+def _memory_checked(config, archive=None, run_id="", run_dir=None):
+    """The run's memory (library, warm start), or a one-line error; only a check without an archive."""
+    from controller.memory import RunMemory, check_memory
+    from controller.warm_start import WarmStartError
+    from evaluators.registry import get_domain_class
+    from store.library import LibraryError
+
+    try:
+        if archive is None:
+            return check_memory(config)
+        return RunMemory(config, archive, run_id, run_dir, get_domain_class(config.domain).entry_point)
+    except (LibraryError, WarmStartError) as exc:
+        raise UserError(str(exc)) from None
+
+
 def _sandbox_protections(config) -> list[str]:
     """The sandbox's protections on this machine, printed once; refuses if a required one cannot hold."""
     from evaluators.sandbox.probe import SandboxRefused, required
@@ -152,13 +169,17 @@ def _search_and_report(config, archive, run_id, run_dir, args) -> int:
     from controller.actors import new_evaluator
     from controller.loop import Search
 
+    memory = _memory_checked(config, archive, run_id, run_dir)
     signal.signal(signal.SIGTERM, _stop_cleanly)  # `ray job stop`, a scheduler's kill: commit, then exit
     archive.set_run_status(run_id, "running")
     hide = (str(run_dir.resolve()),)
     secrets = _stored_secrets(archive, run_id, run_dir)
-    search = Search(config, archive, run_id, run_dir, hide=hide, secrets=secrets)
+    search = Search(config, archive, run_id, run_dir, hide=hide, secrets=secrets, memory=memory)
     status = _steered(search, run_dir, getattr(args, "control", None))
     archive.set_run_status(run_id, status, ended=True)
+    note = memory.finish(status, search.done, search.best_score)
+    if note:
+        console.print(f"[atoll] {note}", soft_wrap=True)
     if status == "seed-failed":
         raise UserError(f"the seed program failed ({search.seed_error}); nothing to evolve from")
     console.print(f"search {status}: {archive.count_evaluations(run_id, 'search')} evaluations")
@@ -315,6 +336,12 @@ def _print_rows(cols, rows, note, as_json=False) -> None:
 
 
 def cmd_query(args) -> int:
+    if args.library:
+        if args.run_dir is not None:
+            raise UserError("give either a run directory or --library, not both")
+        return library_query(args)
+    if args.run_dir is None:
+        raise UserError("give a run directory and SQL, or --library and SQL to query across runs")
     cols, rows, note = _query(Path(args.run_dir), args.sql)
     _print_rows(cols, rows, note, args.json)
     return 0

@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from controller.control import ControlConfig
+from controller.memory_config import MemoryConfig
 from evaluators.registry import DomainConfig, DomainLoadError
 from evaluators.racing import RacingConfig
 from evaluators.sandbox.config import SandboxConfig
@@ -87,6 +88,8 @@ class AtollConfig(_Strict):
     controller: ControllerConfig = Field(default_factory=ControllerConfig, description="Run loop.")
     control: ControlConfig = Field(default_factory=ControlConfig, description="Steering the live run over gRPC.")
     cluster: ClusterConfig = Field(default_factory=ClusterConfig, description="Ray cluster: storage root, scaling.")
+    memory: MemoryConfig = Field(default_factory=MemoryConfig, description="The library shared by runs: "
+                                 "catalog, elites, skills, warm starts.")
 
 
 def _first_error(exc: ValidationError, prefix: str = "") -> str:

@@ -45,6 +45,11 @@ class Dedup:
             return "normal_form"
         return None
 
+    def tried(self, code: str) -> bool:
+        """Whether `code` (or its normal form) was tried; unlike `check`, counts nothing as saved."""
+        form = form_hash(code)
+        return code_hash(code) in self.exact or (form is not None and form in self.forms)
+
     def add(self, code: str) -> str | None:
         """Remember `code` as tried; returns its normal form's hash (None if it does not parse)."""
         self.exact.add(code_hash(code))

@@ -18,12 +18,13 @@ from ray.exceptions import RayActorError, RayTaskError
 
 from controller import faults
 from controller.actors import evaluator_count, new_evaluator, new_mutator
-from controller.cluster import EvaluatorPool, Pending
+from controller.cluster import KIND, EvaluatorPool, Pending
 from controller.dedup import Dedup
 from controller.helm import Helm
+from controller.memory import WARM, RunMemory
 from controller.progress import Progress
 from controller.proposals import Proposals
-from controller.resume import islands_snapshot, load_islands
+from controller.resume import STARTS, islands_snapshot, load_islands
 from evaluators.params import write_params
 from evaluators.racing import RaceSpec
 from evaluators.registry import get_domain
@@ -35,13 +36,19 @@ def new_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
+_KIND = KIND  # pending kind of each split
+_SPLIT = {kind: split for split, kind in _KIND.items()}
+
+
 class Search(EvaluatorPool):
     """Drives one run until its budget is spent or it is interrupted."""
 
-    def __init__(self, config, archive, run_id: str, run_dir, hide: tuple[str, ...] = (), *, secrets):
+    def __init__(self, config, archive, run_id: str, run_dir, hide: tuple[str, ...] = (), *, secrets,
+                 memory: RunMemory | None = None):
         self.config, self.archive, self.run_id, self.run_dir = config, archive, run_id, run_dir
         self.secrets = secrets  # the run's, from its archive: every evaluator gets the same
         self.domain = get_domain(config.domain, secrets=secrets)
+        self.memory = memory or RunMemory(config, archive, run_id, run_dir, self.domain.entry_point)
         self.pending = Pending()  # ref -> (kind, payload, actor index)
         self.results: list = []
         self.heldout: list = []
@@ -87,7 +94,7 @@ class Search(EvaluatorPool):
         self.load[i] += 1
         race = self._race_spec(candidate) if split == "search" else None
         ref = self.evaluators[i].evaluate.remote(candidate.program_id, candidate.code, split, race)
-        self.pending[ref] = ("eval" if split == "search" else "heldout", candidate, i)
+        self.pending[ref] = (_KIND[split], candidate, i)
 
     def _race_spec(self, candidate: Candidate) -> RaceSpec | None:
         """What a child races against (`evaluator.racing`): its parent's per-instance search scores
@@ -123,11 +130,13 @@ class Search(EvaluatorPool):
             parent_id=parent.program_id, parent_code=parent.code,
             inspirations=tuple((m.program_id, m.code) for m in inspirations),
             operator_weights=tuple(self._operator_weights()), seed=int(self.islands.rng.integers(2**31)),
-            parent_score=parent.score)
+            parent_score=parent.score, skills=self.memory.skills_for(parent.code))
         if source != "embedded":
             shown = {m.program_id: m.score for m in inspirations}
-            ref, job = self.proposals.submit(source, request, shown, {})
+            variant = self.memory.variant()  # the prompt's instruction, from the library's population
+            ref, job = self.proposals.submit(source, request, shown, {}, variant.text if variant else "")
             self.parent_scores[job.child_id] = request.parent_score
+            self.memory.on_proposal(job.child_id, request, variant=variant.variant_id if variant else "")
             self.pending[ref] = ("llm", job, None)
             return True
         self._send_mutation(request)
@@ -160,9 +169,14 @@ class Search(EvaluatorPool):
             return
         if self.done == 0 and not self.pending and not self.results and not self.backlog:
             self._submit_eval(Candidate(new_id(), self.run_id, 0, 0, (), self.domain.seed_program, "seed", time.time()))
-            return
+        for candidate in self.memory.warm_candidates(self.dedup.tried, self._budget_left()):
+            self.dedup.add(candidate.code)
+            self._submit_eval(candidate)
         if self.islands.best() is None:
             return
+        if self._budget_left() > 0:
+            for candidate in self.memory.validation_jobs(self.done):
+                self._submit_eval(candidate, "validation")
         while self._budget_left() > 0 and self._submit_mutation():
             pass
 
@@ -207,6 +221,8 @@ class Search(EvaluatorPool):
                         self.publish()
                         last_publish = now
                     progress.update(self.helm.searched_s(time.monotonic()))
+            if searching and not self.seed_error:  # budget spent: now and then a prompt variant for later runs
+                self.events += self.memory.rewrite_variant(self.proposals.ask_text, self.proposals.first_model())
         except KeyboardInterrupt:
             status = "interrupted"
             self._cancel_all()
@@ -309,6 +325,7 @@ class Search(EvaluatorPool):
             return
         self.dedup.add(proposal.code)
         self.parent_scores[candidate.program_id] = request.parent_score
+        self.memory.on_proposal(candidate.program_id, request, getattr(proposal, "skill_id", ""))
         self._submit_eval(candidate)
 
     def _on_eval(self, candidate: Candidate, result: EvalResult) -> None:
@@ -321,8 +338,9 @@ class Search(EvaluatorPool):
             result = dataclasses.replace(result, metrics={**result.metrics, "form_hash": form})
         self.proposals.on_evaluated(candidate, result, self._parent_score(candidate))
         self.results.append((candidate, result))
+        self.events += self.memory.on_search_result(candidate, result, None, self._parent_score(candidate))
         self._count_operator(candidate, result)
-        if candidate.mutator == "seed":
+        if candidate.mutator in STARTS:
             self._on_seed(candidate, result)
             return
         if result.status == Status.OK:
@@ -336,7 +354,11 @@ class Search(EvaluatorPool):
 
     def _on_llm(self, ref, job) -> None:
         """An LLM job's outcome: a candidate to evaluate, an INVALID one (never evaluated), or nothing."""
-        for action in self.proposals.on_outcome(ref, job):
+        actions = self.proposals.on_outcome(ref, job)
+        if not actions:  # no child: forget what was kept for it
+            self.parent_scores.pop(job.child_id, None)
+            self.memory.forget(job.child_id)
+        for action in actions:
             if action[0] == "eval":
                 self._submit_eval(action[1])
             else:
@@ -349,6 +371,9 @@ class Search(EvaluatorPool):
         return self.parent_scores.get(candidate.program_id)
 
     def _on_seed(self, candidate: Candidate, result: EvalResult) -> None:
+        """The seed, or a warm start's elite, joins every island (a failed elite is only recorded)."""
+        if result.status != Status.OK and candidate.mutator == WARM:
+            return
         if result.status != Status.OK:
             self.events.append(("seed-failed", {"status": result.status.value, "error": result.error}))
             self.seed_error = f"{result.status.value}: {result.error}"
@@ -367,7 +392,7 @@ class Search(EvaluatorPool):
                 self._submit_eval(candidate, "heldout")
 
     def _count_operator(self, candidate: Candidate, result: EvalResult) -> None:
-        if candidate.mutator == "seed":
+        if candidate.mutator in STARTS:
             return
         stat = self.stats[candidate.mutator]
         stat[0] += 1
@@ -377,15 +402,22 @@ class Search(EvaluatorPool):
     def _on_heldout(self, candidate: Candidate, result: EvalResult) -> None:
         self.heldout.append(result)
 
+    def _on_validate(self, candidate: Candidate, result: EvalResult) -> None:
+        """A validation result: stored like a held-out one, and it may complete a skill check."""
+        self.heldout.append(result)
+        self.events += self.memory.on_validation(result)
+
     # --- persistence --------------------------------------------------------
     def commit(self) -> None:
-        """One transaction: programs, lineage, evaluations, held-out scores, events."""
+        """One transaction: programs, lineage, evaluations, held-out and validation scores, events;
+        then the library (what was learned and used since its last flush)."""
         # held-out scores are of programs committed earlier or in this same batch
         self.archive.write(self.run_id, pairs=self.results, evaluations=self.heldout, events=self.events)
         self.helm.on_commit(self)  # to the control plane's watchers, once committed
         self.done += sum(1 for _, r in self.results if r.split == "search")
         self.results, self.heldout, self.events = [], [], []
         self.proposals.commit()  # the LLM calls of those programs, after the programs they name
+        self.memory.flush(self.done, self.best_score)
 
     def publish(self) -> None:
         """Commit, then snapshot the islands, so a resume replays only what follows."""
@@ -404,7 +436,7 @@ def stored_seed_error(archive, run_id: str) -> str:
 
 
 def _split(kind: str) -> str:
-    return "search" if kind == "eval" else "heldout"
+    return _SPLIT[kind]
 
 
 def _job_id(kind: str, payload) -> str:

@@ -9,6 +9,7 @@ embedded mutator (where an island allows it) keeps them busy. Budgets count call
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections import defaultdict, deque
@@ -25,6 +26,7 @@ from workers.llm.config import EMBEDDED
 from workers.llm.feedback import from_result
 from workers.llm.prompts import PromptInput
 from workers.llm.worker import PREFIX, LLMJob, LLMOutcome
+from workers.skills import render_skills
 
 INVALID_KINDS = ("unparseable", "did_not_apply", "invalid_program")
 
@@ -107,13 +109,16 @@ class Proposals:
         return calls, tokens_in + tokens_out, _money(cfg, tokens_in, tokens_out)
 
     # --- submitting -------------------------------------------------------------------
-    def submit(self, model: str, request: MutationRequest, scores: dict, codes: dict):
-        """Send one job to `model`'s worker; returns (ref, job)."""
+    def submit(self, model: str, request: MutationRequest, scores: dict, codes: dict, instruction: str = ""):
+        """Send one job to `model`'s worker (its task worded by `instruction`, a prompt variant, if
+        given; the request's library skills shown); returns (ref, job)."""
         cfg = self.llm.model(model)
-        prompt = self._prompt_input(cfg, request, scores, codes)
+        prompt = dataclasses.replace(self._prompt_input(cfg, request, scores, codes),
+                                     skills=render_skills(request.skills), instruction=instruction)
         job = LLMJob(self.run_id, request.island, request.generation, request.parent_id, _id(), model, prompt,
                      request.seed, (_id(), _id()))
-        estimate = self._estimate(cfg, len(prompt.parent_code) * 2 + sum(len(c) for c, _ in prompt.inspirations) + 2500)
+        estimate = self._estimate(cfg, len(prompt.parent_code) * 2 + sum(len(c) for c, _ in prompt.inspirations)
+                                  + len(prompt.skills) + 2500)
         self.budget.reserve(*estimate)
         self.reserved[job.child_id] = estimate
         self.in_flight[model] += 1
@@ -175,25 +180,47 @@ class Proposals:
         self._account(outcome, status, child, now)
         return actions
 
+    def first_model(self) -> str:
+        return self.llm.models[0].name if self.llm else ""
+
+    def ask_text(self, prompt: str, kind: str = "variant") -> str:
+        """One plain call (no edit), e.g. for a new prompt variant, to the first model the budget
+        allows, accounted like any call; the reply text ('' if it failed or no model had room)."""
+        for cfg in self.llm.models if self.llm else ():
+            if not self.budget.allows(*self._estimate(cfg, len(prompt))):
+                continue
+            try:
+                call = ray.get(self.backends[cfg.name].worker.complete.remote(_id(), prompt, kind),
+                               timeout=cfg.timeout_s * (cfg.max_retries + 1) + 30)
+            except (RayActorError, RayTaskError, ray.exceptions.GetTimeoutError) as exc:
+                self.events.append(("llm-call-failed", {"model": cfg.name, "status": kind, "error": _last_line(exc)}))
+                return ""
+            self._account_call(cfg, call, None, None, call.status, time.time())
+            return call.completion if call.status == OK else ""
+        return ""
+
     def _account(self, outcome: LLMOutcome, final: str, child: str | None, now: float) -> None:
         job, cfg = outcome.job, self.llm.model(outcome.job.model)
-        arm, unit = self.bandit.arm(job.model), self.llm.bandit.cost_unit
-        arm.edits += 1
+        self.bandit.arm(job.model).edits += 1
         for call in outcome.calls:
-            money, gpu_s = _money(cfg, call.tokens_in, call.tokens_out), call.latency_s * cfg.gpus
-            tokens = call.tokens_in + call.tokens_out
-            self.budget.spend(1, tokens, money)
-            arm.cost += call_cost(unit, tokens, money, gpu_s)
-            self.parts.update(dict(call.parts))
-            self.rows.append({
-                "call_id": call.call_id, "run_id": job.run_id, "program_id": child, "model": job.model,
-                "completion": call.completion, "tokens_in": call.tokens_in, "tokens_out": call.tokens_out,
-                "latency_s": call.latency_s, "created_at": now, "island": job.island, "parent_id": job.parent_id,
-                "kind": call.kind, "status": final if call.kind == "edit" else call.status,
-                "error": call.error or ("the same program as one already tried"
-                                        if final == "duplicate" and call.kind == "edit" else None),
-                "cost": money, "gpu_s": gpu_s, "attempts": call.attempts, "prompt_parts": [p for p, _ in call.parts],
-                "completion_truncated": call.truncated, "tokens_estimated": call.estimated})
+            self._account_call(cfg, call, child, job, final, now)
+
+    def _account_call(self, cfg, call, child: str | None, job: LLMJob | None, final: str, now: float) -> None:
+        """Spend the call's tokens and money, and queue its llm_calls row (`job` None: no edit asked)."""
+        money, gpu_s = _money(cfg, call.tokens_in, call.tokens_out), call.latency_s * cfg.gpus
+        tokens = call.tokens_in + call.tokens_out
+        self.budget.spend(1, tokens, money)
+        self.bandit.arm(cfg.name).cost += call_cost(self.llm.bandit.cost_unit, tokens, money, gpu_s)
+        self.parts.update(dict(call.parts))
+        self.rows.append({
+            "call_id": call.call_id, "run_id": self.run_id, "program_id": child, "model": cfg.name,
+            "completion": call.completion, "tokens_in": call.tokens_in, "tokens_out": call.tokens_out,
+            "latency_s": call.latency_s, "created_at": now, "island": job.island if job else None,
+            "parent_id": job.parent_id if job else None, "kind": call.kind, "status": final if call.kind == "edit" else call.status,
+            "error": call.error or ("the same program as one already tried"
+                                    if final == "duplicate" and call.kind == "edit" else None),
+            "cost": money, "gpu_s": gpu_s, "attempts": call.attempts, "prompt_parts": [p for p, _ in call.parts],
+            "completion_truncated": call.truncated, "tokens_estimated": call.estimated})
 
     def on_evaluated(self, candidate: Candidate, result: EvalResult, parent_score: float | None) -> None:
         """A search result: feedback for prompts, failure memory of its parent, the bandit's tally."""

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from controller import faults
 from controller.actors import evaluator_count, new_evaluator
+from controller.memory import library_note
 from evaluators.secrets import replay_note
 from store.records import Candidate, EvalResult, Status
 
@@ -145,8 +146,9 @@ def heldout_report(archive, run_id: str, domain, evaluators, console, new_actor)
     reference = dict(reference, trials=search_trials(archive, run_id))
     run_config = (archive.get_run(run_id) or {}).get("config", {})
     replay_seed = run_config.get("run", {}).get("replay_seed")
-    _print_table(console, f"held-out split ({domain.name})",
-                 *_table(domain, results, reference, reference_error, replay_seed))
+    columns, rows, notes = _table(domain, results, reference, reference_error, replay_seed)
+    _print_table(console, f"held-out split ({domain.name})", columns, rows,
+                 [*notes, library_note(archive, run_id)])
     return results
 
 

@@ -18,6 +18,7 @@ import msgpack
 from islands.archipelago import Archipelago
 
 SNAPSHOT_VERSION = 2
+STARTS = ("seed", "warm-start")  # joined every island: the seed, a warm start's elites (controller.memory.WARM)
 
 
 @dataclass(frozen=True)
@@ -51,9 +52,9 @@ def load_islands(archive, run_id: str, config, done: int) -> Restored:
 
 
 def expand_seeds(rows: Iterable[dict], count: int) -> Iterator[dict]:
-    """Rows as the islands saw them live: the seed program joined every island."""
+    """Rows as the islands saw them live: the seed program (and a warm start's elites) joined every island."""
     for row in rows:
-        if row["mutator"] == "seed":
+        if row["mutator"] in STARTS:
             yield from (dict(row, island=i) for i in range(count))
         else:
             yield row
@@ -81,5 +82,5 @@ class _Counted:
 
     def __iter__(self):
         for row in self.rows:
-            self.count += row["mutator"] != "seed" or row["island"] == 0
+            self.count += row["mutator"] not in STARTS or row["island"] == 0
             yield row

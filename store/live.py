@@ -191,6 +191,12 @@ def ask(run_dir: str | Path, sql: str) -> tuple[list[str], list[tuple], str]:
 
     Raises NotServed when nothing listens, QueryError for a refused or failed query.
     """
+    columns, table, note = ask_arrow(run_dir, sql)
+    return columns, ([] if table is None else _rows(table)), note
+
+
+def ask_arrow(run_dir: str | Path, sql: str) -> tuple[list[str], pa.Table | None, str]:
+    """`ask`, with the last statement's rows as the Arrow table that came back (None: no rows)."""
     run_dir = Path(run_dir)
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(QUERY_TIMEOUT_S + 30)
@@ -206,13 +212,13 @@ def ask(run_dir: str | Path, sql: str) -> tuple[list[str], list[tuple], str]:
                 raise QueryError(header["error"])
             note = f"{LIVE_NOTE} (pid {header['pid']})"
             if header["columns"] is None:
-                return [], [], note
+                return [], None, note
             try:
                 table = pa.ipc.open_stream(stream).read_all()
             except pa.ArrowInvalid as exc:
                 raise QueryError(f"the live answer broke off (interrupted, or the process holding the archive "
                                  f"stopped): {first_line(exc)}") from None
-    return list(header["columns"]), _rows(table), note
+    return list(header["columns"]), table, note
 
 
 _converter: list = []  # one in-memory DuckDB per process, made on first use

@@ -40,6 +40,7 @@ class MutationRequest:
     operator_weights: tuple[tuple[str, float], ...] = ()
     seed: int = 0
     feedback: str = ""  # search-split metrics of the parent, for prompts
+    skills: tuple = ()  # workers.skills.Skill ranked for this parent (library memory), best first
     parent_score: float | None = None  # the parent's search score, to tell an improvement
 
 

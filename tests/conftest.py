@@ -13,11 +13,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
+@pytest.fixture(autouse=True)
+def temporary_library(tmp_path, monkeypatch):
+    """Every test (and every CLI it starts) uses its own library, never the user's real one."""
+    path = tmp_path / "library" / "library.duckdb"
+    monkeypatch.setenv("ATOLL_LIBRARY", str(path))
+    return path
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
     yield ray
     ray.shutdown()

@@ -28,6 +28,7 @@ class Proposal:
 
     code: str
     operator: str  # e.g. "embedded:perturb_const"; becomes Candidate.mutator
+    skill_id: str = ""  # the library skill the child replays (operator "embedded:skill"), if any
 
 
 class Mutator(abc.ABC):

@@ -5,6 +5,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from workers.ast_ops import OPERATORS
 
+SKILL = "skill"  # replays a library skill's edit; chosen only when the request carries skills
+KNOWN_OPERATORS = (*OPERATORS, SKILL)
+
 
 class EmbeddedMutatorConfig(BaseModel):
     """Which AST operators the embedded mutator may use, and how boldly."""
@@ -12,9 +15,10 @@ class EmbeddedMutatorConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     operators: tuple[str, ...] = Field(
-        default=tuple(OPERATORS),
+        default=KNOWN_OPERATORS,
         min_length=1,
-        description="Names of the enabled operators (default: all of them).",
+        description="Names of the enabled operators (default: all of them). 'skill' replays an edit "
+                    "from the library's skills, when the run uses them (memory.warm_start).",
     )
     const_scale: float = Field(
         default=0.3, gt=0.0, le=10.0,
@@ -34,7 +38,7 @@ class EmbeddedMutatorConfig(BaseModel):
     @field_validator("operators")
     @classmethod
     def _known_operators(cls, names: tuple[str, ...]) -> tuple[str, ...]:
-        unknown = [name for name in names if name not in OPERATORS]
+        unknown = [name for name in names if name not in KNOWN_OPERATORS]
         if unknown:
-            raise ValueError(f"unknown operators {unknown}; choose from {sorted(OPERATORS)}")
+            raise ValueError(f"unknown operators {unknown}; choose from {sorted(KNOWN_OPERATORS)}")
         return tuple(dict.fromkeys(names))

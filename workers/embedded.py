@@ -15,7 +15,8 @@ from store.records import MutationRequest
 from workers import _ast_util as u
 from workers._base import MutationFailed, Mutator, Proposal
 from workers.ast_ops import OPERATORS, Motif, OpContext
-from workers.config import EmbeddedMutatorConfig
+from workers.config import SKILL, EmbeddedMutatorConfig
+from workers.skills import replay_skill
 
 __all__ = ["EmbeddedMutator", "Motif"]
 
@@ -38,25 +39,27 @@ class EmbeddedMutator(Mutator):
         if parent is None or not entry_point_ok(request.parent_code, self.entry_point):
             raise MutationFailed(f"the parent does not parse or lacks {self.entry_point}()")
         rng = np.random.default_rng(request.seed)
-        names, probs = self._choice(request.operator_weights)
+        names, probs = self._choice(request.operator_weights, bool(request.skills))
         ctx = OpContext(self.entry_point, rng, self.config.const_scale,
                         tuple(code for _, code in request.inspirations), self.motifs)
         unbound = u.read_before_assignment(*u.parse_function(request.parent_code, self.entry_point))
         for _ in range(self.config.max_attempts):
             name = names[int(rng.choice(len(names), p=probs))]
-            child = self._try(name, request.parent_code, ctx, unbound)
+            child, skill = self._attempt(name, request, ctx, unbound)
             if child is not None and _normalized(child) != parent:
-                return Proposal(child, PREFIX + name)
+                return Proposal(child, PREFIX + name, skill)
         raise MutationFailed(f"no valid changed child in {self.config.max_attempts} attempts")
 
-    def _choice(self, weights: tuple[tuple[str, float], ...]) -> tuple[list[str], np.ndarray]:
+    def _choice(self, weights: tuple[tuple[str, float], ...], skills: bool = False) -> tuple[list[str], np.ndarray]:
         """Enabled operators with positive weight and their probabilities.
 
         Weights may name operators bare or with the "embedded:" prefix; a missing
-        name weighs 1.0, and weight 0 disables an operator for this request.
+        name weighs 1.0, and weight 0 disables an operator for this request. The
+        "skill" operator counts only when the request carries skills to replay.
         """
         given = {name.removeprefix(PREFIX): float(w) for name, w in weights}
-        raw = {name: max(given.get(name, 1.0), 0.0) for name in self.config.operators}
+        enabled = [name for name in self.config.operators if name != SKILL or skills]
+        raw = {name: max(given.get(name, 1.0), 0.0) for name in enabled}
         names = [name for name, w in raw.items() if w > 0]
         if not names:
             raise MutationFailed("every enabled operator has weight 0")
@@ -73,6 +76,19 @@ class EmbeddedMutator(Mutator):
             child = OPERATORS[name](code, ctx)
         except (ProgramFormatError, SyntaxError, ValueError, LookupError):
             return None
+        return self._checked(child, unbound)
+
+    def _attempt(self, name: str, request: MutationRequest, ctx: OpContext, unbound: set[str]):
+        """(child or None, the skill id it replays or "")."""
+        if name != SKILL:
+            return self._try(name, request.parent_code, ctx, unbound), ""
+        try:
+            found = replay_skill(request.parent_code, request.skills, self.entry_point, ctx.rng)
+        except (ProgramFormatError, SyntaxError, ValueError, LookupError):
+            found = None
+        return (self._checked(found[0], unbound), found[1]) if found else (None, "")
+
+    def _checked(self, child: str | None, unbound: set[str]) -> str | None:
         if child is None or not entry_point_ok(child, self.entry_point):
             return None
         loaded = u.parse_function(child, self.entry_point)

@@ -89,3 +89,14 @@ def test_normal_form_ignores_layout_comments_docstrings_and_params_defaults():
     assert normal_form(other.replace("0.0, 80.0", "0.0, 90.0")) != normal_form(CODE)  # ranges matter
     assert normal_form(other.replace('return params["level"]', 'return params["level"] + 1')) != normal_form(CODE)
     assert normal_form("def (") is None
+
+
+def test_library_skills_and_a_prompt_variant_reach_the_edit_prompt():
+    skills = "Skill 1: wrap the returned value as np.minimum(…, cap)\n  applies to: any policy that returns a value"
+    prompt = edit_prompt(_input(skills=skills, instruction="Make one small change to the ordering rule."))
+    text = prompt.messages[1]["content"]
+    assert [name for name, _ in prompt.parts] == ["system", "parent", "inspirations", "failures", "skills", "task"]
+    assert "## Edits that helped on this domain before" in text and skills in text
+    assert "## Task\nMake one small change to the ordering rule. Answer with the whole new program" in text
+    assert "Change the program to raise its score." not in text
+    assert "Edits that helped" not in diagnosis_prompt(_input(skills=skills)).messages[1]["content"]

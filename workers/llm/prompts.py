@@ -16,6 +16,7 @@ import jinja2
 from workers.llm.feedback import Feedback
 
 TEMPLATES = Path(__file__).with_name("templates")
+DEFAULT_INSTRUCTION = "Change the program to raise its score."  # the task's instruction, the first prompt variant
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                           trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
 
@@ -34,6 +35,8 @@ class PromptInput:
     failures: tuple[tuple[str, str], ...] = ()  # (how the attempt ended, reason)
     edit_format: str = "diff"
     max_code_chars: int = 6000
+    skills: str = ""  # the library's skills ranked for this parent, as text (`workers.skills.render_skills`)
+    instruction: str = ""  # the prompt variant's instruction for the task; "" keeps the template's own
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,7 @@ def part_id(text: str) -> str:
 
 
 def _render(name: str, **values) -> str:
-    return _ENV.get_template(name).render(**values)
+    return _ENV.get_template(name).render(DEFAULT_INSTRUCTION=DEFAULT_INSTRUCTION, **values)
 
 
 def _code(code: str, limit: int) -> str:
@@ -67,6 +70,8 @@ def _user_parts(p: PromptInput, diagnosis: str) -> list[tuple[str, str]]:
         parts.append(("inspirations", _render("inspirations.j2", inspirations=shown)))
     if p.failures:
         parts.append(("failures", _render("failures.j2", failures=p.failures)))
+    if p.skills:
+        parts.append(("skills", _render("skills.j2", skills=p.skills)))
     if diagnosis:
         parts.append(("diagnosis", _render("diagnosis_in.j2", diagnosis=diagnosis)))
     parts.append(("task", _render(f"task_{p.edit_format}.j2", p=p)))

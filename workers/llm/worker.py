@@ -94,6 +94,13 @@ class LLMWorker:
         return LLMOutcome(job, tuple(calls), status, code=code, edit_kind=kind,
                           reason=error.reason if error else "", diagnosis=diagnosis)
 
+    def complete(self, call_id: str, text: str, kind: str = "variant") -> CallRecord:
+        """One plain call with `text` as the user message (e.g. rewriting a prompt variant); the
+        reply is only text for the caller to parse, never code to apply."""
+        prompt = Prompt(((kind, text),), ({"role": "user", "content": text},))
+        result = self.client.chat(list(prompt.messages))
+        return self._record(call_id, kind, prompt, result, result.status, result.error)
+
     def _record(self, call_id: str, kind: str, prompt: Prompt, result: ChatResult, status: str,
                 error: str = "") -> CallRecord:
         text = result.text

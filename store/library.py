@@ -1,0 +1,174 @@
+"""The library: one DuckDB file that every run of a domain reads and adds to.
+
+It holds a catalog of runs, each run's elites, the skills runs learned with their uses,
+and prompt variants with their measured success (`store/library_schema/`, versioned
+apart from the run archive's schema). Each run's archive stays its own file with one
+writer; the library is shared, so nobody holds it open:
+
+- Every operation opens the file, runs one transaction and closes it. DuckDB lets one
+  process hold a file at a time, so a file held by another run is retried with jittered
+  exponential backoff for up to `busy_timeout_s`, then `LibraryBusy` is raised and the
+  caller keeps what it meant to write for its next commit point.
+- A missing library is created. A file that is not a readable library, or one of a newer
+  schema than this Atoll knows, raises `LibraryError` with one line naming the file and
+  the way out; it is never reset or overwritten.
+
+Where it lives: `memory.library` in the config, else the ATOLL_LIBRARY environment
+variable, else `library.duckdb` in the user's data directory (platformdirs).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable, TypeVar
+
+import duckdb
+import platformdirs
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
+
+ENV = "ATOLL_LIBRARY"
+SCHEMA_DIR = Path(__file__).with_name("library_schema")
+T = TypeVar("T")
+_DAMAGE_RETRIES = 3
+_FRESH = "move it aside (or delete it) to start a fresh library, or point ATOLL_LIBRARY elsewhere"
+
+
+class LibraryError(Exception):
+    """The library cannot be used: a one-line message for the user."""
+
+
+class LibraryBusy(LibraryError):
+    """Other processes held the library longer than the busy timeout."""
+
+
+def default_path(configured: str = "") -> Path:
+    """`configured` (memory.library), else $ATOLL_LIBRARY, else the user data directory's file."""
+    chosen = configured or os.environ.get(ENV, "")
+    if chosen:
+        return Path(chosen).expanduser()
+    return Path(platformdirs.user_data_dir("atoll", appauthor=False)) / "library.duckdb"
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    """(version, name, sql) of every library schema file, in order."""
+    return [(int(p.name[:3]), p.name, p.read_text()) for p in sorted(SCHEMA_DIR.glob("[0-9][0-9][0-9]_*.sql"))]
+
+
+def latest_version() -> int:
+    return max(version for version, _, _ in migrations())
+
+
+def is_lock_error(exc: BaseException) -> bool:
+    """Another process holds the file (or, in this process, another attachment of it)."""
+    text = str(exc)
+    return isinstance(exc, duckdb.Error) and ("Could not set lock" in text or "Unique file handle conflict" in text)
+
+
+def _is_damage(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return isinstance(exc, duckdb.IOException) or "corrupt" in text or "checksum" in text
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+class Library:
+    """The shared library file; see the module docstring for the rules every call keeps."""
+
+    def __init__(self, path: str | Path, busy_timeout_s: float = 60.0):
+        self.path = Path(path)
+        self.busy_timeout_s = busy_timeout_s
+
+    def transaction(self, work: Callable[[duckdb.DuckDBPyConnection], T], busy_timeout_s: float | None = None) -> T:
+        """Open, migrate if needed, run `work(con)` in one transaction, close; retried while busy
+        (for `busy_timeout_s`, default the library's)."""
+        patience = self.busy_timeout_s if busy_timeout_s is None else busy_timeout_s
+        damage_seen = []
+
+        def worth_retrying(exc: BaseException) -> bool:
+            """Another process's lock; or, a few times, what looks like damage: a file read in the
+            instant another process's close rewrote it reads as damaged, a damaged one stays so."""
+            if _is_damage(exc) and not is_lock_error(exc) and len(damage_seen) < _DAMAGE_RETRIES:
+                damage_seen.append(exc)
+                return True
+            return is_lock_error(exc)
+        retrying = Retrying(retry=retry_if_exception(worth_retrying), reraise=True,
+                            wait=wait_random_exponential(multiplier=0.05, max=2.0),
+                            stop=stop_after_delay(patience))
+        try:
+            for attempt in retrying:
+                with attempt:
+                    return self._once(work)
+        except duckdb.Error as exc:
+            if is_lock_error(exc):
+                raise LibraryBusy(f"the library {self.path} stayed busy for {patience:g} s: "
+                                  f"{_first_line(exc)}") from None
+            if _is_damage(exc):
+                raise LibraryError(f"cannot read the library {self.path}: {_first_line(exc)}; {_FRESH}") from None
+            raise
+
+    def ensure(self) -> int:
+        """Create or check the library; returns its schema version."""
+        return self.transaction(lambda con: self._version(con))
+
+    def _once(self, work):
+        con = self._connect()
+        try:
+            self._migrate(con)
+            con.execute("BEGIN")
+            try:
+                result = work(con)
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            return result
+        finally:
+            con.close()
+
+    def _connect(self) -> duckdb.DuckDBPyConnection:
+        if self.path.is_dir():
+            raise LibraryError(f"the library path {self.path} is a directory; give a file name, e.g. "
+                               f"{self.path / 'library.duckdb'}")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise LibraryError(f"cannot create the library's folder {self.path.parent}: {exc.strerror}") from None
+        try:
+            return duckdb.connect(str(self.path))
+        except duckdb.Error as exc:
+            if is_lock_error(exc) or _is_damage(exc):
+                raise  # retried, then reported by `transaction`
+            raise LibraryError(f"cannot read the library {self.path}: {_first_line(exc)}; {_FRESH}") from None
+
+    def _version(self, con) -> int:
+        tables = {name for (name,) in con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'").fetchall()}
+        if "library_version" not in tables:
+            if tables:
+                raise LibraryError(f"{self.path} is a DuckDB file but not an Atoll library (it has tables "
+                                   f"{', '.join(sorted(tables)[:4])}); {_FRESH}")
+            return 0
+        return int(con.execute("SELECT coalesce(max(version), 0) FROM library_version").fetchall()[0][0])
+
+    def _migrate(self, con) -> None:
+        """Apply the missing schema files, each in its own transaction; refuse a newer schema."""
+        version = self._version(con)
+        if version > latest_version():
+            raise LibraryError(f"the library {self.path} has schema version {version}, newer than this Atoll "
+                               f"knows ({latest_version()}); upgrade Atoll, or point ATOLL_LIBRARY elsewhere")
+        for number, name, sql in migrations():
+            if number <= version:
+                continue
+            con.execute("BEGIN")
+            try:
+                con.execute("CREATE TABLE IF NOT EXISTS library_version "
+                            "(version INTEGER PRIMARY KEY, name VARCHAR, applied_at TIMESTAMP)")
+                con.execute(sql)
+                con.execute("INSERT INTO library_version VALUES (?, ?, now())", [number, name])
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise

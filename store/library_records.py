@@ -1,0 +1,152 @@
+"""What runs write to and read from the library: functions over one open connection.
+
+Each takes the connection `Library.transaction` hands its work, so a caller groups
+several of them into one short transaction. Writes are idempotent (keyed by run and
+program), so a run may send the same rows again after a busy library or a resume, and
+two runs writing at once never overwrite each other's rows. Reads return plain dicts.
+"""
+from __future__ import annotations
+
+import json
+
+
+def _json(value) -> str:
+    return json.dumps(value, default=str)
+
+
+def _dicts(cursor) -> list[dict]:
+    names = [d[0] for d in cursor.description]
+    return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+
+# --- the catalog of runs ---------------------------------------------------------------------
+
+def upsert_run(con, run: dict) -> None:
+    """Add the run, or update its status, evaluations and best score (its start and its
+    warm start are kept from the first write)."""
+    con.execute(
+        "INSERT INTO runs VALUES ($run_id, $run_dir, $domain, $fingerprint, $config, $status, $evaluations, "
+        "$best, $warm_start, now(), now()) ON CONFLICT (run_id) DO UPDATE SET status = excluded.status, "
+        "evaluations = excluded.evaluations, best_search_score = excluded.best_search_score, "
+        "run_dir = excluded.run_dir, warm_start = coalesce(runs.warm_start, excluded.warm_start), "
+        "updated_at = now()",
+        {"run_id": run["run_id"], "run_dir": run["run_dir"], "domain": run["domain"],
+         "fingerprint": run["fingerprint"], "config": _json(run["config"]), "status": run["status"],
+         "evaluations": int(run.get("evaluations", 0)), "best": run.get("best_search_score"),
+         "warm_start": _json(run["warm_start"]) if run.get("warm_start") else None})
+
+
+def runs(con, domain: str | None = None) -> list[dict]:
+    return _dicts(con.execute(
+        "SELECT run_id, run_dir, domain, fingerprint, status, evaluations, best_search_score, warm_start, "
+        "started_at, updated_at FROM runs WHERE $domain IS NULL OR domain = $domain ORDER BY started_at",
+        {"domain": domain}))
+
+
+def find_runs(con, refs: list[str]) -> dict[str, dict]:
+    """ref -> run, for refs that are run ids or run directories (absolute or as given)."""
+    found = {}
+    for ref in refs:
+        rows = _dicts(con.execute("SELECT run_id, run_dir, domain, fingerprint FROM runs "
+                                  "WHERE run_id = $ref OR run_dir = $ref ORDER BY started_at DESC", {"ref": ref}))
+        if rows:
+            found[ref] = rows[0]
+    return found
+
+
+# --- elites ----------------------------------------------------------------------------------
+
+def replace_elites(con, run_id: str, elites: list[dict]) -> None:
+    """The run's elites (its best programs by search score), replacing any it sent before."""
+    con.execute("DELETE FROM elites WHERE run_id = ?", [run_id])
+    for rank, e in enumerate(elites, 1):
+        con.execute("INSERT INTO elites VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [run_id, e["program_id"], e["domain"], e["fingerprint"], rank, e["search_score"],
+                     e["code"], e["code_hash"]])
+
+
+def elites(con, *, fingerprint: str | None = None, run_ids: list[str] | None = None, limit: int = 4) -> list[dict]:
+    """The best elites (distinct programs, by search score) of the given runs, or of every
+    run with this fingerprint."""
+    return _dicts(con.execute(
+        "SELECT run_id, program_id, search_score, code, code_hash FROM elites "
+        "WHERE ($runs IS NULL AND fingerprint = $fp) OR list_contains($runs, run_id) "
+        "QUALIFY row_number() OVER (PARTITION BY code_hash ORDER BY search_score DESC) = 1 "
+        "ORDER BY search_score DESC, length(code), run_id, program_id LIMIT $limit",
+        {"fp": fingerprint, "runs": run_ids, "limit": limit}))
+
+
+# --- skills ----------------------------------------------------------------------------------
+
+def add_skills(con, learned: list[dict]) -> None:
+    """Skills learned by a run: a new edit becomes a skill; every sighting is kept."""
+    for s in learned:
+        con.execute(
+            "INSERT OR IGNORE INTO skills VALUES ($skill_id, $domain, $fingerprint, $title, $applies_when, $edit, "
+            "$search_gain, $validation_gain, $parent_code, $child_code, $abstraction, $run_id, now(), NULL)",
+            {**{k: s[k] for k in ("skill_id", "domain", "fingerprint", "title", "applies_when", "search_gain",
+                                  "validation_gain", "parent_code", "child_code", "run_id")},
+             "edit": _json(s["edit"]), "abstraction": s.get("abstraction") or None})
+        con.execute("INSERT OR IGNORE INTO skill_sightings VALUES (?, ?, ?, ?, ?, ?, now())",
+                    [s["skill_id"], s["run_id"], s["parent_id"], s["child_id"], s["search_gain"],
+                     s["validation_gain"]])
+
+
+def add_skill_uses(con, uses: list[dict]) -> None:
+    for u in uses:
+        con.execute("INSERT OR IGNORE INTO skill_uses VALUES (?, ?, ?, ?, ?, ?, ?, now())",
+                    [u["run_id"], u["program_id"], u["skill_id"], u["parent_id"], u["status"],
+                     bool(u["success"]), u.get("gain")])
+
+
+def skills(con, domain: str | None = None, *, run_ids: list[str] | None = None,
+           retired: bool = False) -> list[dict]:
+    """Skills with their efficacy counts; `run_ids` keeps those learned in any of these runs."""
+    rows = _dicts(con.execute(
+        "SELECT e.*, s.edit, s.parent_code, s.child_code, s.abstraction, s.fingerprint "
+        "FROM skill_efficacy e JOIN skills s USING (skill_id) "
+        "WHERE ($domain IS NULL OR e.domain = $domain) AND ($retired OR e.retired_at IS NULL) "
+        "AND ($runs IS NULL OR EXISTS (SELECT 1 FROM skill_sightings k WHERE k.skill_id = e.skill_id "
+        "AND list_contains($runs, k.run_id))) ORDER BY e.efficacy DESC, e.validation_gain DESC, e.skill_id",
+        {"domain": domain, "runs": run_ids, "retired": retired}))
+    for row in rows:
+        row["edit"] = json.loads(row["edit"])
+    return rows
+
+
+def set_abstraction(con, skill_id: str, text: str) -> None:
+    """An LLM's analysis, strategy and abstraction for a skill (workers.skills.abstract_skill)."""
+    con.execute("UPDATE skills SET abstraction = ? WHERE skill_id = ?", [text, skill_id])
+
+
+def retire_skill(con, skill_id: str) -> bool:
+    """Mark a skill retired (kept, never retrieved again); False if there is no such skill."""
+    found = con.execute("SELECT count(*) FROM skills WHERE skill_id = ?", [skill_id]).fetchall()[0][0]
+    con.execute("UPDATE skills SET retired_at = coalesce(retired_at, now()) WHERE skill_id = ?", [skill_id])
+    return bool(found)
+
+
+# --- prompt variants -------------------------------------------------------------------------
+
+def add_variant(con, variant: dict) -> None:
+    con.execute("INSERT OR IGNORE INTO prompt_variants VALUES (?, ?, ?, ?, ?, now(), NULL)",
+                [variant["variant_id"], variant["domain"], variant["text"], variant.get("parent_id"),
+                 variant["origin"]])
+
+
+def add_variant_uses(con, uses: list[dict]) -> None:
+    for u in uses:
+        con.execute("INSERT OR IGNORE INTO prompt_variant_uses VALUES (?, ?, ?, ?, now())",
+                    [u["run_id"], u["program_id"], u["variant_id"], bool(u["success"])])
+
+
+def variants(con, domain: str, retired: bool = False) -> list[dict]:
+    return _dicts(con.execute(
+        "SELECT variant_id, domain, text, parent_id, origin, uses, successes, success_rate, retired_at "
+        "FROM prompt_variant_success WHERE domain = $domain AND ($retired OR retired_at IS NULL) "
+        "ORDER BY created_at, variant_id", {"domain": domain, "retired": retired}))
+
+
+def retire_variant(con, variant_id: str) -> None:
+    con.execute("UPDATE prompt_variants SET retired_at = coalesce(retired_at, now()) WHERE variant_id = ?",
+                [variant_id])

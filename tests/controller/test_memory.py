@@ -1,0 +1,214 @@
+"""A run's memory without Ray: skill checks on the validation split, library writes that survive a
+busy library and add up when re-sent, warm-start plans."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from controller.config import validate
+from controller.memory import WARM, RunMemory, fingerprint, library_note, retrieve_skills
+from controller.skill_learning import SkillLearner
+from controller.variant_memory import VariantMemory
+from controller.warm_start import WarmStartError
+from evaluators.domains.inventory.programs import MOTIFS, SEED_PROGRAM
+from store import library_records as records
+from store.duckdb_archive import DuckDBArchive
+from store.library import Library, default_path
+from store.records import Candidate, EvalResult, MutationRequest, Status
+from tests.tiny import TINY_INVENTORY
+from workers.ast_ops import OPERATORS, Motif, OpContext
+
+CAPPED = Motif(MOTIFS[0][0], MOTIFS[0][1], tuple(MOTIFS[0][2]))
+CHILD = OPERATORS["insert_motif"](SEED_PROGRAM, OpContext("policy", np.random.default_rng(0), motifs=(CAPPED,)))
+
+
+def _config(**memory):
+    return validate({"domain": {"name": "inventory", "options": dict(TINY_INVENTORY)}, "memory": memory})
+
+
+def _candidate(pid, code=CHILD, parents=("seed",), mutator="embedded:insert_motif", run_id="r1"):
+    return Candidate(pid, run_id, 0, 1, parents, code, mutator, 0.0)
+
+
+def _request(parent_id, parent_code=SEED_PROGRAM):
+    return MutationRequest("r1", 0, 1, parent_id, parent_code)
+
+
+def _ok(pid, score, split="search"):
+    return EvalResult(pid, split, Status.OK, score=score)
+
+
+def test_a_child_ahead_on_search_becomes_a_skill_only_if_it_holds_on_validation():
+    learner = SkillLearner("inventory", "fp", "policy", every=5, min_gain=0.0)
+    learner.consider(_candidate("c1"), _ok("c1", -0.9), "seed", SEED_PROGRAM, -1.0)
+    learner.consider(_candidate("c2"), _ok("c2", -1.1), "seed", SEED_PROGRAM, -1.0)  # behind: never checked
+    learner.consider(_candidate("c3"), _ok("c3", -0.8), "seed", SEED_PROGRAM, -1.0)
+    first = learner.jobs(done=10)
+    assert [(j.program_id, j.code) for j in first] == [("seed", SEED_PROGRAM), ("c3", CHILD)]  # largest gain first
+    assert learner.jobs(done=11) == []  # one check at a time
+    assert learner.on_result(_ok("seed", -1.0, "validation")) is None
+    assert learner.on_result(_ok("c3", -1.02, "validation")) is None  # the gain did not hold
+    assert learner.jobs(done=12) == []  # rate-limited: one check per 5 search evaluations
+    second = learner.jobs(done=15)
+    assert [j.program_id for j in second] == ["c1"]  # the parent's validation score is known
+    skill = learner.on_result(_ok("c1", -0.95, "validation"))
+    assert skill["validation_gain"] == pytest.approx(0.05) and skill["search_gain"] == pytest.approx(0.1)
+    assert skill["title"].startswith("wrap the returned value as np.minimum(…, cap)")
+    assert skill["edit"]["anchor"] == "return" and skill["child_id"] == "c1" and skill["parent_id"] == "seed"
+
+
+@pytest.fixture()
+def archive(tmp_path):
+    (tmp_path / "run").mkdir()
+    with DuckDBArchive(tmp_path / "run" / "archive.duckdb") as archive:
+        archive.create_run("r1", {})
+        yield archive
+
+
+def _skill_row(run_id="r0"):
+    learner = SkillLearner("inventory", "fp", "policy", every=1, min_gain=0.0)
+    learner.consider(_candidate("c1", run_id=run_id), _ok("c1", -0.9), "seed", SEED_PROGRAM, -1.0)
+    for job in learner.jobs(0):
+        skill = learner.on_result(_ok(job.program_id, -0.9 if job.program_id == "c1" else -1.0, "validation"))
+    return skill
+
+
+def test_skill_uses_are_counted_once_however_often_they_are_sent(archive, tmp_path):
+    library = Library(default_path())
+    library.transaction(lambda con: records.add_skills(con, [_skill_row()]))
+    memory = RunMemory(_config(warm_start=True), archive, "r1", tmp_path / "run")
+    assert list(memory.skills) == [_skill_row()["skill_id"]]
+    [found] = retrieve_skills(library, "inventory", SEED_PROGRAM)
+    assert found.skill_id == _skill_row()["skill_id"] and found.edit.wraps and found.uses == 0
+    assert retrieve_skills(library, "milp", SEED_PROGRAM) == []
+    sid = _skill_row()["skill_id"]
+    events = []
+    for i, score in enumerate([-0.8, -1.2, -0.95]):
+        pid = f"k{i}"
+        memory.on_proposal(pid, _request("seed"), sid)
+        events += memory.on_search_result(_candidate(pid, mutator="embedded:skill"), _ok(pid, score),
+                                          SEED_PROGRAM, -0.9)
+    archive.record([(_candidate(f"k{i}", CHILD.replace("12.0", f"1{i}.5"), mutator="embedded:skill"),
+                     _ok(f"k{i}", s)) for i, s in enumerate([-0.8, -1.2, -0.95])])
+    archive.log_events("r1", events)
+    memory.flush(3, -0.8, force=True)
+    memory.finish("completed", 3, -0.8)
+    memory.finish("completed", 3, -0.8)  # a resume sends it all again
+    [row] = library.transaction(lambda con: records.skills(con, "inventory"))
+    assert (row["uses"], row["successes"]) == (3, 1) and memory.skills[sid].uses == 3
+    [run] = library.transaction(lambda con: records.runs(con))
+    assert (run["status"], run["evaluations"], run["best_search_score"]) == ("completed", 3, -0.8)
+    assert [e["program_id"] for e in library.transaction(lambda con: records.elites(con, run_ids=["r1"]))] == [
+        "k0", "k2", "k1"]
+
+
+def test_writes_wait_out_a_busy_library_and_are_sent_at_the_next_commit_point(archive, tmp_path):
+    memory = RunMemory(_config(busy_timeout_s=0.3), archive, "r1", tmp_path / "run")
+    memory.pending["uses"].append({"run_id": "r1", "program_id": "k1", "skill_id": "sk", "parent_id": "seed",
+                                   "status": "OK", "success": True, "gain": 0.1})
+    holder = subprocess.Popen([sys.executable, "-c", "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); "
+                               "print('held', flush=True); time.sleep(30)", str(default_path())],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        memory.flush(1, -0.9, force=True)
+        assert "stayed busy" in memory.flush_error and len(memory.pending["uses"]) == 1
+    finally:
+        holder.kill()
+        holder.wait()
+    memory.flush(1, -0.9, force=True)
+    assert memory.flush_error == "" and memory.pending["uses"] == []
+    uses = Library(default_path()).transaction(lambda con: con.execute("SELECT count(*) FROM skill_uses").fetchall())
+    assert uses == [(1,)]
+
+
+def test_a_warm_start_plan_takes_elites_by_search_score_and_is_kept_for_a_resume(archive, tmp_path):
+    library = Library(default_path())
+    config = _config(warm_start=True, warm_elites=2)
+    fp = fingerprint("inventory", dict(TINY_INVENTORY))
+    elites = [{"program_id": f"e{i}", "domain": "inventory", "fingerprint": fp, "search_score": s,
+               "code": SEED_PROGRAM.replace("15.0", str(10 + i)), "code_hash": f"h{i}"}
+              for i, s in enumerate([-0.9, -0.8, -0.95])]
+    library.transaction(lambda con: records.replace_elites(con, "r0", elites))
+    memory = RunMemory(config, archive, "r1", tmp_path / "run")
+    assert [e["program_id"] for e in memory.plan["elites"]] == ["e1", "e0"]
+    first = memory.warm_candidates(lambda code: False, budget=10)
+    assert [c.mutator for c in first] == [WARM, WARM] and memory.warm_candidates(lambda code: False, 10) == []
+    event = memory.on_search_result(first[0], _ok(first[0].program_id, -0.85), None, None)
+    assert event == [("warm-start", {"program_id": first[0].program_id, "source_run": "r0",
+                                     "source_program_id": "e1", "source_search_score": -0.8, "status": "OK",
+                                     "search_score": -0.85})]
+    assert library_note(archive, "r1").startswith("Library memory: warm-started from library (2 elites chosen by "
+                                                  "search score, 0 skills), replayed skills 0 times; skills are kept "
+                                                  "only if their gain holds on the validation split (0 validation")
+    library.transaction(lambda con: records.replace_elites(con, "r0", []))  # the library moves on...
+    again = RunMemory(config, archive, "r1", tmp_path / "run")  # ...a resume keeps the plan it logged
+    assert [e["program_id"] for e in again.plan["elites"]] == ["e1", "e0"]
+    [run] = library.transaction(lambda con: records.runs(con))
+    assert '"elites": [{"run_id": "r0", "program_id": "e1"' in run["warm_start"]
+
+
+def test_warm_from_must_name_known_runs_of_the_same_domain(archive, tmp_path):
+    with pytest.raises(WarmStartError, match="knows no run 'nowhere'"):
+        RunMemory(_config(warm_start=True, warm_from=["nowhere"]), archive, "r1", tmp_path / "run")
+    Library(default_path()).transaction(lambda con: records.upsert_run(con, {
+        "run_id": "m1", "run_dir": "/runs/m1", "domain": "milp", "fingerprint": "x", "config": {},
+        "status": "completed"}))
+    with pytest.raises(WarmStartError, match="searched domain 'milp'"):
+        RunMemory(_config(warm_start=True, warm_from=["/runs/m1"]), archive, "r1", tmp_path / "run")
+
+
+def test_the_fingerprint_fills_in_defaults_and_tells_options_apart():
+    assert fingerprint("inventory", {}) == fingerprint("inventory", {"mean_demand": 5.0})
+    assert fingerprint("inventory", {}) != fingerprint("inventory", {"mean_demand": 6.0})
+
+
+def test_prompt_variants_carry_their_success_across_runs():
+    library = Library(default_path())
+    first = VariantMemory(library, "inventory", "r1", defaults=["Improve the policy.", "Make one small change."])
+    rng = np.random.default_rng(0)
+    chosen = [first.choose(rng).variant_id for _ in range(20)]
+    assert set(chosen) == set(first.variants)  # both untried variants get tried
+    good, bad = sorted(first.variants)
+    for i in range(6):
+        first.record(f"p{i}", good, success=True)
+        first.record(f"q{i}", bad, success=False)
+    assert first.flush() and first.flush()
+    second = VariantMemory(library, "inventory", "r2", defaults=["Improve the policy."])
+    assert (second.variants[good].uses, second.variants[good].successes) == (6, 6)
+    assert (second.variants[bad].uses, second.variants[bad].successes) == (6, 0)
+    picks = [second.choose(rng).variant_id for _ in range(50)]
+    assert picks.count(good) > 40
+
+
+def test_prompt_variant_uses_reach_the_library_once_and_a_child_never_made_counts_nothing(archive, tmp_path):
+    from workers.llm.prompts import DEFAULT_INSTRUCTION
+
+    llm = {"models": [{"backend": "openai", "name": "m", "base_url": "http://127.0.0.1:1/v1", "model": "m"}]}
+    config = validate({"domain": {"name": "inventory", "options": dict(TINY_INVENTORY)}, "mutator": {"llm": llm}})
+    memory = RunMemory(config, archive, "r1", tmp_path / "run")
+    variant = memory.variant()
+    assert variant.text == DEFAULT_INSTRUCTION and RunMemory(_config(), archive, "r1", tmp_path / "run").variant() is None
+    events = []
+    for i, score in enumerate([-0.8, -1.2]):
+        memory.on_proposal(f"v{i}", _request("seed"), variant=variant.variant_id)
+        events += memory.on_search_result(_candidate(f"v{i}", mutator="llm:m"), _ok(f"v{i}", score), None, -0.9)
+    memory.on_proposal("lost", _request("seed"), variant=variant.variant_id)
+    memory.forget("lost")  # the call gave no child
+    assert not memory.variant_of and not memory.parent_code
+    archive.log_events("r1", events)
+    memory.flush(2, -0.8, force=True)
+    memory.finish("completed", 2, -0.8)  # re-sends the run's uses from its events: counted once
+    [row] = Library(default_path()).transaction(lambda con: records.variants(con, "inventory"))
+    assert (row["variant_id"], row["uses"], row["successes"]) == (variant.variant_id, 2, 1)
+
+
+def test_a_warm_start_elite_joins_every_island_again_on_a_resume(archive):
+    from controller.resume import load_islands
+
+    config = validate({"domain": {"name": "inventory"}, "islands": {"count": 3}})
+    archive.record([(Candidate("seed", "r1", 0, 0, (), SEED_PROGRAM, "seed", 0.0), _ok("seed", -1.0)),
+                    (Candidate("elite", "r1", 0, 0, (), CHILD, WARM, 0.0), _ok("elite", -0.8))])
+    islands = load_islands(archive, "r1", config, 2).islands
+    assert [island.best().program_id for island in islands.islands] == ["elite"] * 3

@@ -1,0 +1,154 @@
+"""The library file shared by runs: created when missing, refused (never reset) when damaged or
+newer, and written by several processes at once without losing a row."""
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from store import library_records as records
+from store.library import Library, LibraryBusy, LibraryError, default_path, latest_version
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _skill(skill_id, run_id, child_id, domain="inventory"):
+    return {"skill_id": skill_id, "domain": domain, "fingerprint": "fp", "title": f"title {skill_id}",
+            "applies_when": "any policy", "edit": {"kind": "expr", "before": "x", "after": "y"},
+            "search_gain": 0.1, "validation_gain": 0.05, "parent_code": "p", "child_code": "c",
+            "run_id": run_id, "parent_id": "parent", "child_id": child_id}
+
+
+def test_a_missing_library_is_created_where_the_environment_says(temporary_library):
+    assert default_path() == temporary_library and not temporary_library.exists()
+    assert Library(default_path()).ensure() == latest_version()
+    assert temporary_library.is_file()
+    assert default_path("/elsewhere/lib.duckdb") == Path("/elsewhere/lib.duckdb")  # the config key wins
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "empty"])
+def test_a_damaged_library_gives_one_clear_message_and_is_left_as_it_was(tmp_path, damage):
+    path = tmp_path / "library.duckdb"
+    Library(path).transaction(lambda con: records.add_skills(con, [_skill("sk-1", "r1", "c1")]))
+    data = {"garbage": b"not a database " * 400, "truncated": path.read_bytes()[:5000], "empty": b""}[damage]
+    path.write_bytes(data)
+    with pytest.raises(LibraryError) as err:
+        Library(path).ensure()
+    message = str(err.value)
+    assert "\n" not in message and str(path) in message and "start a fresh library" in message
+    assert path.read_bytes() == data  # never silently reset
+
+
+def test_a_newer_library_or_a_foreign_duckdb_file_is_refused(tmp_path):
+    newer = tmp_path / "newer.duckdb"
+    Library(newer).ensure()
+    con = duckdb.connect(str(newer))
+    con.execute("INSERT INTO library_version VALUES (?, 'from the future', now())", [latest_version() + 1])
+    con.close()
+    with pytest.raises(LibraryError, match="newer than this Atoll knows"):
+        Library(newer).ensure()
+    foreign = tmp_path / "foreign.duckdb"
+    con = duckdb.connect(str(foreign))
+    con.execute("CREATE TABLE programs (x INTEGER)")
+    con.close()
+    with pytest.raises(LibraryError, match="not an Atoll library"):
+        Library(foreign).ensure()
+
+
+_WRITER = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, sys.argv[1])
+    from store import library_records as records
+    from store.library import Library
+    lib, run, n = Library(sys.argv[2], busy_timeout_s=60), sys.argv[3], int(sys.argv[4])
+    print("ready", flush=True)
+    sys.stdin.readline()
+    for i in range(n):
+        def work(con, i=i):
+            records.upsert_run(con, {"run_id": run, "run_dir": "/runs/" + run, "domain": "inventory",
+                                     "fingerprint": "fp", "config": {}, "status": "running", "evaluations": i})
+            records.add_skill_uses(con, [{"run_id": run, "program_id": f"p{i}", "skill_id": "sk-shared",
+                                          "parent_id": "p", "status": "OK", "success": i % 3 == 0, "gain": 0.1}])
+            if i % 10 == 0:
+                records.add_skills(con, [{"skill_id": f"sk-{run}-{i}", "domain": "inventory", "fingerprint": "fp",
+                    "title": "t", "applies_when": "w", "edit": {}, "search_gain": 0.1, "validation_gain": 0.1,
+                    "parent_code": "p", "child_code": "c", "run_id": run, "parent_id": "p", "child_id": f"p{i}"}])
+        lib.transaction(work)
+    print("done", flush=True)
+""")
+
+
+def test_two_processes_writing_at_once_both_succeed_and_lose_nothing(tmp_path):
+    path, n = tmp_path / "library.duckdb", 30
+    Library(path).transaction(lambda con: records.add_skills(con, [_skill("sk-shared", "r0", "c0")]))
+    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, str(ROOT), str(path), run, str(n)], text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for run in ("run-a", "run-b")]
+    for proc in procs:
+        assert proc.stdout.readline().strip() == "ready"
+    for proc in procs:  # both start writing at once
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    outputs = [proc.communicate(timeout=240) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], outputs
+    lib = Library(path)
+    assert {(r["run_id"], r["evaluations"]) for r in lib.transaction(records.runs)} == {("run-a", n - 1),
+                                                                                         ("run-b", n - 1)}
+    shared = lib.transaction(lambda con: records.skills(con, "inventory"))
+    by_id = {s["skill_id"]: s for s in shared}
+    assert len(by_id) == 1 + 2 * (n // 10)
+    assert by_id["sk-shared"]["uses"] == 2 * n
+    assert by_id["sk-shared"]["successes"] == 2 * len(range(0, n, 3))
+
+
+def test_a_busy_library_is_waited_for_then_reported(tmp_path):
+    path = tmp_path / "library.duckdb"
+    Library(path).ensure()
+    holder = subprocess.Popen([sys.executable, "-c", "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); "
+                               "print('held', flush=True); time.sleep(float(sys.argv[2]))", str(path), "2.5"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(LibraryBusy, match="stayed busy"):
+            Library(path, busy_timeout_s=0.5).ensure()
+        start = time.monotonic()
+        Library(path, busy_timeout_s=30).transaction(lambda con: records.add_skills(con, [_skill("sk-1", "r", "c")]))
+        assert time.monotonic() - start > 0.5  # it waited for the holder, then wrote
+    finally:
+        holder.kill()
+        holder.wait()
+    assert [s["skill_id"] for s in Library(path).transaction(lambda con: records.skills(con))] == ["sk-1"]
+
+
+def test_skills_keep_every_sighting_and_retired_ones_are_not_retrieved(tmp_path):
+    lib = Library(tmp_path / "library.duckdb")
+    lib.transaction(lambda con: records.add_skills(con, [_skill("sk-1", "r1", "c1"), _skill("sk-1", "r2", "c9"),
+                                                          _skill("sk-2", "r2", "c2", domain="milp")]))
+    rows = lib.transaction(lambda con: records.skills(con, "inventory"))
+    assert [(r["skill_id"], r["times_learned"], r["learned_in"]) for r in rows] == [("sk-1", 2, "r1")]
+    assert [r["skill_id"] for r in lib.transaction(lambda con: records.skills(con, run_ids=["r2"]))] == ["sk-1", "sk-2"]
+    lib.transaction(lambda con: records.set_abstraction(con, "sk-1", "Analysis: ... Strategy: ..."))
+    assert lib.transaction(lambda con: records.skills(con, "inventory"))[0]["abstraction"].startswith("Analysis")
+    assert lib.transaction(lambda con: records.retire_skill(con, "sk-1"))
+    assert not lib.transaction(lambda con: records.retire_skill(con, "sk-404"))
+    assert lib.transaction(lambda con: records.skills(con, "inventory")) == []
+    assert len(lib.transaction(lambda con: records.skills(con, "inventory", retired=True))) == 1
+
+
+def test_elites_are_chosen_by_search_score_from_the_runs_asked_for(tmp_path):
+    lib = Library(tmp_path / "library.duckdb")
+
+    def elite(pid, score, code, fp="fp"):
+        return {"program_id": pid, "domain": "inventory", "fingerprint": fp, "search_score": score, "code": code,
+                "code_hash": code}
+    lib.transaction(lambda con: records.replace_elites(con, "r1", [elite("a", -0.9, "A"), elite("b", -0.95, "B")]))
+    lib.transaction(lambda con: records.replace_elites(con, "r2", [elite("c", -0.8, "C"), elite("d", -0.9, "A")]))
+    lib.transaction(lambda con: records.replace_elites(con, "r3", [elite("e", -0.5, "E", fp="other")]))
+    best = lib.transaction(lambda con: records.elites(con, fingerprint="fp", limit=3))
+    assert [e["program_id"] for e in best] == ["c", "a", "b"]  # one copy of code A, other options' run left out
+    assert [e["program_id"] for e in lib.transaction(lambda con: records.elites(con, run_ids=["r3"]))] == ["e"]
+    lib.transaction(lambda con: records.replace_elites(con, "r1", [elite("z", -0.7, "Z")]))  # a resume replaces
+    assert [e["program_id"] for e in lib.transaction(lambda con: records.elites(con, run_ids=["r1"]))] == ["z"]
