@@ -42,8 +42,8 @@ class NodeEvaluator(Evaluator):
         super().__init__(*args, **kwargs)
         self.node = where()
 
-    def evaluate(self, program_id: str, code: str, split: str):
-        return dataclasses.replace(super().evaluate(program_id, code, split), node_id=self.node[0],
+    def evaluate(self, program_id: str, code: str, split: str, race=None):
+        return dataclasses.replace(super().evaluate(program_id, code, split, race), node_id=self.node[0],
                                    node_ip=self.node[1])
 
 
