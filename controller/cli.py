@@ -6,6 +6,7 @@ ends with one clear line on stderr and exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 from controller.config import ConfigError
@@ -132,8 +133,17 @@ def _add_cluster_commands(sub) -> None:
     jobs.add_argument("--address", help=address)
 
 
+def _stoppable() -> None:
+    """Ctrl-C and SIGTERM stop a run cleanly even when whoever started Atoll ignored or blocked them
+    (a background job of a non-interactive shell ignores SIGINT; children inherit that and the mask)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _stoppable()
     from controller import commands
 
     try:

@@ -19,6 +19,8 @@ import time
 import uuid
 from pathlib import Path, PurePosixPath
 
+import tenacity
+
 from controller.cli import UserError
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
@@ -116,14 +118,25 @@ def submit(args, config) -> tuple[str, str]:
     jobs = client(address_of(args.address))
     name = PurePosixPath(run_dir).name
     try:
-        job_id = jobs.submit_job(
-            entrypoint=command, submission_id=f"atoll-{name}-{uuid.uuid4().hex[:6]}",
+        job_id = _submit_when_an_agent_is_up(
+            jobs, entrypoint=command, submission_id=f"atoll-{name}-{uuid.uuid4().hex[:6]}",
             runtime_env={"working_dir": str(project_root()), "excludes": EXCLUDES},
             metadata={METADATA_KEY: run_dir, "atoll_command": "resume" if args.resume else "run"})
     except Exception as exc:  # noqa: BLE001  the job server refused it (HTTP error text), one line
         raise UserError(f"the cluster at {address_of(args.address)} refused the job: "
                         f"{(str(exc).strip().splitlines() or [type(exc).__name__])[-1]}") from None
     return job_id, run_dir
+
+
+def _agent_not_up(exc: BaseException) -> bool:
+    """The head answered but its job agent is not up yet (the first seconds after `ray start --head`)."""
+    return "No available agent" in str(exc)
+
+
+@tenacity.retry(retry=tenacity.retry_if_exception(_agent_not_up), wait=tenacity.wait_exponential(0.5, max=4),
+                stop=tenacity.stop_after_delay(60), reraise=True)
+def _submit_when_an_agent_is_up(jobs, **job) -> str:
+    return jobs.submit_job(**job)
 
 
 def follow(address: str, job_id: str) -> str:

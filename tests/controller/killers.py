@@ -17,10 +17,10 @@ KILL_MARK = "# this program kills its evaluator process (test)"
 
 
 class KillingEvaluator(Evaluator):
-    def evaluate(self, program_id: str, code: str, split: str):
+    def evaluate(self, program_id: str, code: str, split: str, race=None):
         if KILL_MARK in code:
             os.kill(os.getpid(), signal.SIGKILL)
-        return super().evaluate(program_id, code, split)
+        return super().evaluate(program_id, code, split, race)
 
 
 KillingEvaluatorActor = ray.remote(**EVALUATOR_OPTIONS)(KillingEvaluator)
