@@ -5,6 +5,7 @@ that dir (never `ray stop`, which would stop every Ray on the machine).
 """
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -21,18 +22,34 @@ RAY = [sys.executable, "-m", "ray.scripts.scripts"]  # the `ray` command of this
 
 @pytest.fixture(scope="module")
 def head():
-    """A one-node cluster from `ray start --head`, its job server on 127.0.0.1:8265; yields that address."""
+    """A one-node cluster from `ray start --head`, its job server on a free loopback port; yields that address."""
     temp = tempfile.mkdtemp(prefix="rs", dir="/tmp")
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
+    # Every port of its own: a Ray the test session started earlier (in this process) holds the defaults,
+    # and a job agent that cannot bind its port never comes up ("No available agent").
+    ports = _free_ports(7)
+    names = ("port", "dashboard-port", "dashboard-agent-listen-port", "dashboard-agent-grpc-port",
+             "metrics-export-port", "runtime-env-agent-port", "ray-client-server-port")
     out = subprocess.run([*RAY, "start", "--head", "--num-cpus=2", f"--temp-dir={temp}", "--include-dashboard=true",
-                          "--dashboard-host=127.0.0.1", "--disable-usage-stats"],
+                          "--dashboard-host=127.0.0.1", "--disable-usage-stats",
+                          *(f"--{name}={port}" for name, port in zip(names, ports))],
                          env=env, capture_output=True, text=True, timeout=120, check=False)
     try:
         assert out.returncode == 0, out.stdout + out.stderr
-        yield "http://127.0.0.1:8265"
+        yield f"http://127.0.0.1:{ports[1]}"
     finally:
         _stop(temp)
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def _free_ports(n: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(n)]
+    for sock in sockets:
+        sock.bind(("127.0.0.1", 0))
+    ports = [sock.getsockname()[1] for sock in sockets]
+    for sock in sockets:
+        sock.close()
+    return ports
 
 
 def _stop(temp: str) -> None:
