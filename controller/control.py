@@ -126,17 +126,9 @@ def read_record(run_dir: Path) -> dict | None:
         str(record["address"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return record if _alive(pid) else None
+    from controller.rundir import alive  # here: rundir imports the CLI, whose config imports this module
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
+    return record if alive(pid) else None
 
 
 def client_address(address: str) -> str:

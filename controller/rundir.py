@@ -97,11 +97,12 @@ def _remove_abandoned(run_dir: Path) -> None:
     """Archives that killed drivers were still creating."""
     for path in run_dir.glob(f".{ARCHIVE}.*.creating*"):
         pid = path.name.split(".")[3]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not alive(int(pid)):
             path.unlink(missing_ok=True)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process `pid` exists (one of another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

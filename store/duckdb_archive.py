@@ -11,7 +11,6 @@ driver can answer live read-only queries from a cursor of its own (`store/live.p
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from pathlib import Path
@@ -22,7 +21,7 @@ import pyarrow as pa
 
 from store.hash_index import HashSet
 from store.records import Candidate, EvalResult
-from store.writer import Writer, to_json
+from store.writer import Writer, insert_arrow, to_json
 
 SCHEMA_DIR = Path(__file__).with_name("schema")
 # The write-ahead log is folded into the file every 256 MB rather than DuckDB's default 16 MB:
@@ -216,12 +215,7 @@ class DuckDBArchive:
             after()
 
     def _insert(self, table_name: str, table: pa.Table) -> None:
-        self.con.register("_batch", table)
-        try:
-            self.con.execute(f"INSERT INTO {table_name} BY NAME SELECT * FROM _batch")
-        finally:
-            with contextlib.suppress(duckdb.TransactionException):  # a failed statement aborted the transaction
-                self.con.unregister("_batch")
+        insert_arrow(self.con, table_name, table)
 
     # --- reads ------------------------------------------------------------------
     def count_evaluations(self, run_id: str, split: str = "search") -> int:

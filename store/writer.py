@@ -305,12 +305,17 @@ class Writer:
         return last
 
     def _insert(self, table_name: str, table: pa.Table) -> None:
-        self.con.register("_batch", table)
-        try:
-            self.con.execute(f"INSERT INTO {table_name} BY NAME SELECT * FROM _batch")
-        finally:
-            with contextlib.suppress(duckdb.TransactionException):  # a failed statement aborted the transaction
-                self.con.unregister("_batch")
+        insert_arrow(self.con, table_name, table)
+
+
+def insert_arrow(con, table_name: str, table: pa.Table) -> None:
+    """Append an Arrow table to `table_name`, columns matched by name (the archive's one bulk insert)."""
+    con.register("_batch", table)
+    try:
+        con.execute(f"INSERT INTO {table_name} BY NAME SELECT * FROM _batch")
+    finally:
+        with contextlib.suppress(duckdb.TransactionException):  # a failed statement aborted the transaction
+            con.unregister("_batch")
 
 
 def _status(result: EvalResult) -> str:
