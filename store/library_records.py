@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import json
 
+import pyarrow as pa
+
+_KEYS = {"skill_uses": "run_id, program_id", "prompt_variant_uses": "run_id, program_id"}  # their primary keys
+
 
 def _json(value) -> str:
     return json.dumps(value, default=str)
@@ -93,10 +97,14 @@ def add_skills(con, learned: list[dict]) -> None:
 
 
 def add_skill_uses(con, uses: list[dict]) -> None:
-    for u in uses:
-        con.execute("INSERT OR IGNORE INTO skill_uses VALUES (?, ?, ?, ?, ?, ?, ?, now())",
-                    [u["run_id"], u["program_id"], u["skill_id"], u["parent_id"], u["status"],
-                     bool(u["success"]), u.get("gain")])
+    _insert_new(con, "skill_uses", {
+        "run_id": pa.array([u["run_id"] for u in uses], pa.string()),
+        "program_id": pa.array([u["program_id"] for u in uses], pa.string()),
+        "skill_id": pa.array([u["skill_id"] for u in uses], pa.string()),
+        "parent_id": pa.array([u["parent_id"] for u in uses], pa.string()),
+        "status": pa.array([u["status"] for u in uses], pa.string()),
+        "success": pa.array([bool(u["success"]) for u in uses], pa.bool_()),
+        "gain": pa.array([u.get("gain") for u in uses], pa.float64())})
 
 
 def skills(con, domain: str | None = None, *, run_ids: list[str] | None = None,
@@ -135,9 +143,27 @@ def add_variant(con, variant: dict) -> None:
 
 
 def add_variant_uses(con, uses: list[dict]) -> None:
-    for u in uses:
-        con.execute("INSERT OR IGNORE INTO prompt_variant_uses VALUES (?, ?, ?, ?, now())",
-                    [u["run_id"], u["program_id"], u["variant_id"], bool(u["success"])])
+    _insert_new(con, "prompt_variant_uses", {
+        "run_id": pa.array([u["run_id"] for u in uses], pa.string()),
+        "program_id": pa.array([u["program_id"] for u in uses], pa.string()),
+        "variant_id": pa.array([u["variant_id"] for u in uses], pa.string()),
+        "success": pa.array([bool(u["success"]) for u in uses], pa.bool_())})
+
+
+def _insert_new(con, table: str, columns: dict) -> None:
+    """Every row whose key `table` does not hold yet, in one statement (created now): a row per
+    statement costs milliseconds in DuckDB, and a run sends thousands. The first of repeats wins."""
+    batch = pa.table(columns)
+    if not batch.num_rows:
+        return
+    names = ", ".join(columns)
+    con.register("_new_rows", batch)
+    try:
+        con.execute(f"INSERT OR IGNORE INTO {table} ({names}, created_at) SELECT {names}, now() FROM "
+                    f"(SELECT *, row_number() OVER () AS _at FROM _new_rows) QUALIFY row_number() OVER "
+                    f"(PARTITION BY {_KEYS[table]} ORDER BY _at) = 1")
+    finally:
+        con.unregister("_new_rows")
 
 
 def variants(con, domain: str, retired: bool = False) -> list[dict]:
