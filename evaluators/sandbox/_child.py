@@ -10,6 +10,7 @@ answers. This file imports nothing from Atoll but its two neighbours, by file.
 """
 import json
 import os
+import random
 import resource
 import select
 import signal
@@ -107,40 +108,21 @@ def _why(exc):
     return f"{exc.strerror or exc}" if isinstance(exc, OSError) else str(exc)
 
 
-def candidate(spec, world):
-    """In a fresh fork of the server: new namespaces, then one more fork, so the candidate is pid 1.
-
-    This process stays outside the candidate's pid namespace, waits for it and
-    exits the way it did; when either dies, the kernel kills the other and
-    every process the candidate left.
-    """
+def candidate(spec, world, why):
+    """In the candidate's own process, forked by the server into new namespaces (`why` says why
+    not, if it could not be): map its ids, then finish confinement. It is pid 1 of its own pid
+    namespace, so when it dies the kernel kills every process it left."""
     iso.prctl(iso.PR_SET_PDEATHSIG, signal.SIGKILL)
+    random.seed()  # as Python's own fork would: no two candidates share the server's random state
     missing = dict(world["missing"])
-    try:
-        iso.new_namespaces()
-    except OSError as exc:
-        missing.update({name: f"no namespaces: {_why(exc)} (errno {exc.errno})" for name in NAMESPACED})
-    else:
-        pid = os.fork()
-        if pid:
-            _relay(pid, (spec["rfd"], spec["wfd"]), spec["limits"]["cpu_s"])
+    if not why:
+        try:
+            iso.map_own_ids(world["ids"][0], world["ids"][1])
+        except OSError as exc:
+            why = f"{_why(exc)} (errno {exc.errno})"
+    if why:
+        missing.update({name: f"no namespaces: {why}" for name in NAMESPACED})
     confine(spec, world, missing)
-
-
-def _relay(pid, fds, cpu_s):
-    for fd in fds:  # the channel belongs to the candidate: its death must reach the evaluator as EOF
-        os.close(fd)
-    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
-    cpu = _cpu_seconds(pid)  # read before the zombie is reaped
-    _, status = os.waitpid(pid, 0)
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        if sig == signal.SIGKILL and cpu >= cpu_s:  # pid 1 ignores SIGXCPU: the CPU limit kills with SIGKILL
-            sig = signal.SIGXCPU  # so say which limit fired
-        if sig not in (signal.SIGKILL, signal.SIGSTOP):
-            signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)
-    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
 
 
 def _cpu_seconds(pid):
@@ -223,6 +205,7 @@ def prepare(setup):
         except OSError as exc:  # e.g. a container whose user namespace does not map that uid
             world["missing"]["unprivileged-uid"] = f"uid {setup['uid']} could not be taken: {_why(exc)}"
     iso.prctl(iso.PR_SET_PDEATHSIG, signal.SIGKILL)  # a change of uid clears it
+    world["ids"] = (os.geteuid(), os.getegid())  # what each candidate maps in its own user namespace
     return world
 
 
@@ -245,7 +228,7 @@ def zygote(sock_fd):
     sock = socket.socket(fileno=sock_fd)
     world = prepare(json.loads(sock.recv(1 << 20)))
     sock.send(json.dumps({"missing": world["missing"]}).encode())
-    children, dying = set(), set()
+    children, dying = {}, set()  # pid -> its CPU limit (s); killed, not reaped yet
     while True:
         dying = {pid for pid in dying if not os.waitpid(pid, os.WNOHANG)[0]}  # reap what was killed before
         try:
@@ -259,15 +242,14 @@ def zygote(sock_fd):
         request = json.loads(data)
         if request["op"] == "spawn":
             reply = {"pid": _spawn(sock, dict(request["spec"], rfd=fds[0], wfd=fds[1]), fds, world)}
-            children.add(reply["pid"])
+            children[reply["pid"]] = request["spec"]["limits"]["cpu_s"]
         elif request["op"] == "wait":
-            reply = {"code": _wait(request["pid"], request["timeout"])}
-            children.discard(request["pid"])
+            reply = {"code": _wait(request["pid"], request["timeout"], children.pop(request["pid"], None))}
         elif request["op"] == "kill":  # reaped later, off the caller's clock
             reply = {"killed": request["pid"] in children}
             if reply["killed"]:
                 _kill(request["pid"])
-                children.discard(request["pid"])
+                children.pop(request["pid"])
                 dying.add(request["pid"])
         else:
             reply = {"error": f"unknown op {request['op']!r}"}
@@ -275,7 +257,7 @@ def zygote(sock_fd):
 
 
 def _spawn(sock, spec, fds, world):
-    pid = os.fork()
+    pid, why = iso.fork_isolated()
     if pid == 0:  # the candidate's process: nothing of the zygote survives but its imports
         try:
             sock.close()
@@ -284,7 +266,7 @@ def _spawn(sock, spec, fds, world):
             os.dup2(fds[2], 1)
             os.dup2(fds[2], 2)
             os.close(fds[2])
-            candidate(spec, world)
+            candidate(spec, world, why)
         except BaseException:  # noqa: BLE001  set-up failed: say why in the log, exit non-zero
             traceback.print_exc()
             os._exit(1)
@@ -302,8 +284,12 @@ def _kill(pid):
         pass
 
 
-def _wait(pid, timeout):
-    """Exit code of child `pid`, killing its group if it has not ended within `timeout` seconds."""
+def _wait(pid, timeout, cpu_s):
+    """Exit code of child `pid`, killing its group if it has not ended within `timeout` seconds.
+
+    A candidate is pid 1 of its namespace, and pid 1 ignores SIGXCPU, so the CPU limit kills it
+    with SIGKILL: a SIGKILL at or past `cpu_s` of CPU is reported as SIGXCPU, to say which limit fired.
+    """
     try:
         pidfd = os.pidfd_open(pid)
     except ProcessLookupError:  # already gone (and reaped by an earlier wait): nothing to report
@@ -311,12 +297,17 @@ def _wait(pid, timeout):
     try:
         if not select.select([pidfd], [], [], timeout)[0]:
             os.killpg(pid, signal.SIGKILL)
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        cpu = _cpu_seconds(pid)  # read before the zombie is reaped
         _, status = os.waitpid(pid, 0)
     except ChildProcessError:  # not ours, or reaped already
         return -signal.SIGKILL
     finally:
         os.close(pidfd)
-    return os.waitstatus_to_exitcode(status)
+    code = os.waitstatus_to_exitcode(status)
+    if code == -signal.SIGKILL and cpu_s is not None and cpu >= cpu_s:
+        return -signal.SIGXCPU
+    return code
 
 
 def main():
