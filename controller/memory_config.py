@@ -33,8 +33,10 @@ class MemoryConfig(BaseModel):
     variant_rewrite_chance: float = Field(0.2, ge=0, le=1, description="Chance that a run with LLM sources, "
                                           "when its search ends, asks a model for a new prompt variant (the "
                                           "task's instruction) written from the measured ones.")
-    flush_every_s: float = Field(5.0, gt=0, description="Longest time between the run's writes to the "
-                                                        "library (catalog, skills, uses), at commit points.")
+    flush_every_s: float = Field(30.0, gt=0, description="Longest time between the run's writes to the "
+                                 "library (catalog, skills, uses), at commit points. Each write opens the shared "
+                                 "library file (tens of ms); nothing is lost between writes, because the run's "
+                                 "end and every resume send its whole contribution again from its archive.")
     busy_timeout_s: float = Field(30.0, gt=0, description="How long one write waits while other runs hold the "
                                   "library; what it could not write is sent at the next commit point.")
 
