@@ -9,7 +9,7 @@ from pathlib import Path
 
 from store.query import run_query
 from tests.tiny import TINY_INVENTORY
-from tests.workers.scripted_llm import ScriptedLLM, hang, parent_code, reply, slow, status
+from tests.workers.scripted_llm import ScriptedLLM, hang, parent_code, reply, slow, stall, status
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "sk-test-DO-NOT-STORE-4711"
@@ -29,7 +29,7 @@ def rewrite(prompt):
 SCRIPT = [reply(good_diff), reply(rewrite), reply("<<<<<<< SEARCH\n    return nothing_like_this\n=======\n    return 1\n"
                                                    ">>>>>>> REPLACE"),
           reply("Lowering the level should reduce holding cost."), reply("```python\ndef policy(state):\n    return 1\n```"),
-          status(429), reply(good_diff), status(500), reply(good_diff), hang(3), hang(3), slow(0.3, rewrite),
+          status(429), reply(good_diff), status(500), reply(good_diff), hang(3), stall(3), slow(0.3, rewrite),
           reply("```python\ndef policy(state, params):\n    return (\n```")]
 
 
@@ -98,9 +98,10 @@ def test_scripted_replies_each_end_in_their_status_and_the_run_finishes(tmp_path
                              "WHERE p.mutator = 'llm:scripted' AND e.status = 'INVALID'")
     kinds = {error.split(":")[0] for error, _ in invalid}
     assert kinds == {"unparseable", "did_not_apply", "invalid_program"} and all(d == 0 for _, d in invalid)
-    # every ok call's child was evaluated; every call row's figures are there
+    # every ok edit call's child was evaluated (a prompt-variant call at the run's end has no child);
+    # every call row's figures are there
     assert _rows(run_dir, "SELECT count(*) FROM llm_calls c LEFT JOIN evaluations e ON e.program_id = c.program_id "
-                          "AND e.split = 'search' WHERE c.status = 'ok' AND e.status IS NULL")[0][0] == 0
+                          "AND e.split = 'search' WHERE c.status = 'ok' AND c.kind = 'edit' AND e.status IS NULL")[0][0] == 0
     assert _rows(run_dir, "SELECT count(*) FROM llm_calls WHERE status = 'ok' AND tokens_in > 0 "
                           "AND latency_s > 0 AND model = 'scripted'")[0][0] == statuses["ok"]
     # a failure's reason reaches the next prompt on the same parent

@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 @dataclass(frozen=True)
 class Step:
-    kind: str  # "reply", "status", "hang", "slow", "no_usage"
+    kind: str  # "reply", "status", "hang", "stall", "slow", "no_usage"
     value: object = None  # reply text or callable(prompt) -> text; HTTP status; seconds
     delay: float = 0.0
 
@@ -31,6 +31,12 @@ def status(code: int) -> Step:
 
 def hang(seconds: float) -> Step:
     return Step("hang", seconds)
+
+
+def stall(seconds: float) -> Step:
+    """Hang this request and every repeat of it (a retry sends the same body): the call it belongs
+    to times out on every attempt, whatever other calls take the script's steps meanwhile."""
+    return Step("stall", seconds)
 
 
 def slow(seconds: float, text) -> Step:
@@ -49,6 +55,7 @@ class ScriptedLLM:
     def __init__(self, script: list[Step], cycle: bool = False):
         self.script, self.cycle, self.requests, self.count = list(script), cycle, [], 0
         self._lock = threading.Lock()
+        self._stalled: dict[str, float] = {}  # request bodies that hang whenever they come again
         self._stop = threading.Event()
         outer = self
 
@@ -98,13 +105,21 @@ class ScriptedLLM:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def _next(self, body) -> Step:
+        key = json.dumps(body, sort_keys=True)
         with self._lock:
             self.requests.append(body)
+            if key in self._stalled:
+                return Step("hang", self._stalled[key])
             index = self.count
             self.count += 1
         if index >= len(self.script) and not self.cycle:
             return Step("status", 503)
-        return self.script[index % len(self.script)]
+        step = self.script[index % len(self.script)]
+        if step.kind == "stall":
+            with self._lock:
+                self._stalled[key] = step.value
+            return Step("hang", step.value)
+        return step
 
     def close(self) -> None:
         self._stop.set()
