@@ -124,13 +124,22 @@ def flat_batches(batches: list) -> dict | None:
     """A request of (state, params) batches as columns: each key's arrays concatenated into one
     array with their shapes, or its scalars as one list. None when the batches do not share one
     layout (then they go as they are)."""
-    states, params = _columns([s for s, _ in batches]), _columns([p for _, p in batches])
-    if states is None or params is None:
+    request = flat_request(batches)
+    return request[0] if request is not None else None
+
+
+def flat_request(batches: list, area=None) -> tuple[dict, list[int]] | None:
+    """`flat_batches`, with each array column placed in `area` (a `StateArea`) when it fits there
+    (the frame then says where: offset, dtype, shapes); also how many numbers each batch's state holds."""
+    numbers = [0] * len(batches)
+    states = _columns([s for s, _ in batches], area, numbers)
+    params = _columns([p for _, p in batches], area, None) if states is not None else None
+    if params is None:
         return None
-    return {"flat": {"n": len(batches), "state": states, "params": params}}
+    return {"flat": {"n": len(batches), "state": states, "params": params}}, numbers
 
 
-def _columns(dicts: list) -> dict | None:
+def _columns(dicts: list, area, numbers: list[int] | None) -> dict | None:
     if not dicts or {type(d) for d in dicts} != {dict}:
         return None
     keys = tuple(dicts[0])
@@ -141,31 +150,57 @@ def _columns(dicts: list) -> dict | None:
         values = [d[key] for d in dicts]
         kinds = set(map(type, values))
         if kinds == {np.ndarray}:
-            dtypes = {v.dtype for v in values}
-            if len(dtypes) != 1 or dtypes.pop().str not in _DTYPES:
+            out[key] = _array_column(values, area, numbers)
+            if out[key] is None:
                 return None
-            out[key] = {"shapes": [list(v.shape) for v in values],
-                        "data": np.concatenate([v.ravel() for v in values]) if len(values) > 1 else values[0].ravel()}
         elif kinds <= _SCALARS:
             out[key] = values if kinds <= _PLAIN else [v.item() if isinstance(v, np.generic) else v for v in values]
+            if numbers is not None:
+                numbers[:] = [n + 1 for n in numbers]
         else:
             return None
     return out
 
 
-def unflatten(flat: dict) -> list:
-    """The (state, params) batches of a flat request (trusted input; in the candidate's process)."""
+def _array_column(values: list, area, numbers: list[int] | None) -> dict | None:
+    dtype = values[0].dtype
+    if dtype.str not in _DTYPES or any(v.dtype != dtype for v in values):
+        return None
+    sizes = [v.size for v in values]
+    if numbers is not None:
+        numbers[:] = [n + k for n, k in zip(numbers, sizes)]
+    shapes = [v.shape for v in values]
+    at = area.place(values, dtype, sum(sizes)) if area is not None else None
+    if at is not None:
+        return {"shapes": shapes, "at": at, "dtype": dtype.str}
+    return {"shapes": shapes, "data": np.concatenate([v.ravel() for v in values]) if len(values) > 1 else values[0].ravel()}
+
+
+def unflatten(flat: dict, area=None) -> list:
+    """The (state, params) batches of a flat request (trusted input; in the candidate's process).
+
+    Arrays placed in the shared `area` are copied out first (read-only, like those of the
+    frame), so what the policy keeps from one period does not change under it in the next.
+    """
     n = flat["n"]
-    return list(zip(_rows(flat["state"], n), _rows(flat["params"], n)))
+    return list(zip(_rows(flat["state"], n, area), _rows(flat["params"], n, area)))
 
 
-def _rows(columns: dict, n: int) -> list[dict]:
+def _rows(columns: dict, n: int, area) -> list[dict]:
     rows = [{} for _ in range(n)]
     for key, column in columns.items():
         if isinstance(column, dict):
-            data, start = column["data"], 0
-            for row, shape in zip(rows, column["shapes"]):
-                size = math.prod(shape)
+            shapes, total = column["shapes"], 0
+            sizes = [math.prod(shape) for shape in shapes]
+            for size in sizes:  # not sum(): a candidate may have replaced builtins in its own process
+                total += size
+            if "at" in column:
+                data = np.frombuffer(area, column["dtype"], total, column["at"]).copy()
+                data.flags.writeable = False
+            else:
+                data = column["data"]
+            start = 0
+            for row, shape, size in zip(rows, shapes, sizes):
                 row[key] = data[start:start + size].reshape(shape)
                 start += size
         else:
@@ -319,8 +354,38 @@ def _flat_field(reader: _Reader, max_items: list[int]) -> list[np.ndarray]:
     data = reader.ext(sum(sizes), "'flat' actions")
     if data.ndim != 1 or data.size != sum(sizes):
         raise WireError("the flat actions do not match their shapes")
+    return _split(data, shapes, sizes)
+
+
+def _split(data: np.ndarray, shapes: list, sizes: list[int]) -> list[np.ndarray]:
     out, start = [], 0
     for shape, size in zip(shapes, sizes):
         out.append(data[start:start + size].reshape(shape))
         start += size
     return out
+
+
+_FLAT_KEY = b"\x81\xa4flat"  # a reply of one field, "flat"
+
+
+class Replies:
+    """One candidate's replies to requests, read with `read_reply`; a flat reply that repeats the
+    last one's bytes up to its actions' data, under the same bounds and at the same length, is
+    read from the layout learned then instead of being walked again: the same bytes read the
+    same way, and the data (any bytes are numbers) are exactly as long."""
+
+    def __init__(self):
+        self._last = None  # (bounds, length, prefix, dtype, shapes, sizes) of the last flat reply
+
+    def read(self, body: bytes, max_items: list[int]) -> dict:
+        last = self._last
+        if last is not None and len(body) == last[1] and max_items == last[0] and body.startswith(last[2]):
+            return {"actions": _split(np.frombuffer(body, last[3], offset=len(last[2])), last[4], last[5])}
+        reply = read_reply(body, max_items)
+        actions = reply.get("actions")
+        if body.startswith(_FLAT_KEY) and actions:
+            sizes = [a.size for a in actions]
+            data_bytes = sum(sizes) * actions[0].dtype.itemsize
+            self._last = (list(max_items), len(body), body[:len(body) - data_bytes], actions[0].dtype,
+                          [a.shape for a in actions], sizes)
+        return reply
