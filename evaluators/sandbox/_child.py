@@ -9,7 +9,6 @@ request carries, so whatever the candidate patches here only changes its own
 answers. This file imports nothing from Atoll but its two neighbours, by file.
 """
 import json
-import mmap
 import os
 import resource
 import select
@@ -185,12 +184,7 @@ def _map_area(fd):
     Its seals (see `area` on the evaluator's side) refuse any write, writable mapping or
     resize, whatever the candidate tries; the evaluator never reads it back.
     """
-    if fd is None:
-        return None
-    try:
-        return mmap.mmap(fd, 0, mmap.MAP_SHARED, mmap.PROT_READ)
-    finally:
-        os.close(fd)
+    return iso.map_read_only(fd) if fd is not None else None
 
 
 def _enter(world, scratch_mb):

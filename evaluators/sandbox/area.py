@@ -44,15 +44,15 @@ class StateArea:
             raise
         self.size = size
         self._bytes = np.frombuffer(self._map, np.uint8)
-        self._used = 0
+        self.used = 0
 
     def reset(self) -> None:
         """A new request: its arrays go from the start again (the last one has been answered)."""
-        self._used = 0
+        self.used = 0
 
     def place(self, arrays: list[np.ndarray], dtype: np.dtype, count: int) -> int | None:
         """Copy `arrays` (of `dtype`, `count` numbers in all) one after another; their offset, or None if full."""
-        start = -(-self._used // _ALIGN) * _ALIGN
+        start = -(-self.used // _ALIGN) * _ALIGN
         end = start + count * dtype.itemsize
         if end > self.size:
             return None
@@ -61,7 +61,7 @@ class StateArea:
             out[:] = arrays[0].reshape(-1)
         else:
             np.concatenate([a.reshape(-1) for a in arrays], out=out)
-        self._used = end
+        self.used = end
         return start
 
     def close_fd(self) -> None:
@@ -74,5 +74,8 @@ class StateArea:
         self.close_fd()
         self._bytes = None
         if self._map is not None:
-            self._map.close()
+            try:
+                self._map.close()
+            except BufferError:  # a view of it is still alive: unmapped when the last one goes
+                pass
             self._map = None

@@ -136,35 +136,43 @@ def flat_request(batches: list, area=None) -> tuple[dict, list[int]] | None:
     params = _columns([p for _, p in batches], area, None) if states is not None else None
     if params is None:
         return None
-    return {"flat": {"n": len(batches), "state": states, "params": params}}, numbers
+    flat = {"n": len(batches), "state": states, "params": params}
+    if area is not None and area.used:
+        flat["used"] = area.used  # the bytes of the area this request filled
+    return {"flat": flat}, numbers
 
 
 def _columns(dicts: list, area, numbers: list[int] | None) -> dict | None:
-    if not dicts or {type(d) for d in dicts} != {dict}:
+    if not dicts or any(type(d) is not dict for d in dicts):
         return None
     keys = tuple(dicts[0])
-    if any(tuple(d) != keys for d in dicts) or {type(k) for k in keys} - {str}:
+    if any(tuple(d) != keys for d in dicts) or any(type(k) is not str for k in keys):
         return None
-    out = {}
+    out, scalars = {}, 0
     for key in keys:
         values = [d[key] for d in dicts]
         kinds = set(map(type, values))
-        if kinds == {np.ndarray}:
-            out[key] = _array_column(values, area, numbers)
-            if out[key] is None:
+        if kinds == _ARRAY:
+            column = out[key] = _array_column(values, area, numbers)
+            if column is None:
                 return None
+        elif kinds <= _PLAIN:
+            out[key], scalars = values, scalars + 1
         elif kinds <= _SCALARS:
-            out[key] = values if kinds <= _PLAIN else [v.item() if isinstance(v, np.generic) else v for v in values]
-            if numbers is not None:
-                numbers[:] = [n + 1 for n in numbers]
+            out[key], scalars = [v.item() if isinstance(v, np.generic) else v for v in values], scalars + 1
         else:
             return None
+    if numbers is not None and scalars:
+        numbers[:] = [n + scalars for n in numbers]
     return out
+
+
+_ARRAY = {np.ndarray}
 
 
 def _array_column(values: list, area, numbers: list[int] | None) -> dict | None:
     dtype = values[0].dtype
-    if dtype.str not in _DTYPES or any(v.dtype != dtype for v in values):
+    if dtype.str not in _DTYPES or any(v.dtype is not dtype and v.dtype != dtype for v in values):
         return None
     sizes = [v.size for v in values]
     if numbers is not None:
@@ -179,34 +187,37 @@ def _array_column(values: list, area, numbers: list[int] | None) -> dict | None:
 def unflatten(flat: dict, area=None) -> list:
     """The (state, params) batches of a flat request (trusted input; in the candidate's process).
 
-    Arrays placed in the shared `area` are copied out first (read-only, like those of the
-    frame), so what the policy keeps from one period does not change under it in the next.
+    What the request placed in the shared `area` is copied out first, in one piece (so the
+    arrays are read-only, like those of a frame, and what the policy keeps from one period
+    does not change under it in the next).
     """
-    n = flat["n"]
-    return list(zip(_rows(flat["state"], n, area), _rows(flat["params"], n, area)))
+    n, used = flat["n"], flat.get("used")
+    blob = area[:used] if used else None
+    return list(zip(_rows(flat["state"], n, blob), _rows(flat["params"], n, blob)))
 
 
-def _rows(columns: dict, n: int, area) -> list[dict]:
-    rows = [{} for _ in range(n)]
-    for key, column in columns.items():
-        if isinstance(column, dict):
-            shapes, total = column["shapes"], 0
-            sizes = [math.prod(shape) for shape in shapes]
-            for size in sizes:  # not sum(): a candidate may have replaced builtins in its own process
-                total += size
-            if "at" in column:
-                data = np.frombuffer(area, column["dtype"], total, column["at"]).copy()
-                data.flags.writeable = False
-            else:
-                data = column["data"]
-            start = 0
-            for row, shape, size in zip(rows, shapes, sizes):
-                row[key] = data[start:start + size].reshape(shape)
-                start += size
-        else:
-            for row, value in zip(rows, column):
-                row[key] = value
-    return rows
+def _rows(columns: dict, n: int, blob) -> list[dict]:
+    """Each row's dict, its keys in the request's order (scalars zipped in, arrays cut from their data)."""
+    keys = list(columns)
+    values = [_arrays(c, n, blob) if type(c) is dict else c for c in columns.values()]
+    return [dict(zip(keys, row)) for row in zip(*values)] if keys else [{} for _ in range(n)]
+
+
+def _arrays(column: dict, n: int, blob) -> list:
+    """One array column's arrays: views of its data, in the frame or in the area's copy."""
+    shapes, total = column["shapes"], 0
+    sizes = [math.prod(shape) for shape in shapes]
+    for size in sizes:  # not sum(): a candidate may have replaced builtins in its own process
+        total += size
+    data = np.frombuffer(blob, column["dtype"], total, column["at"]) if "at" in column else column["data"]
+    first = shapes[0]
+    if all(shape == first for shape in shapes):  # one reshape, and numpy hands out the rows
+        return list(data.reshape([n] + list(first)))
+    out, start = [], 0
+    for shape, size in zip(shapes, sizes):
+        out.append(data[start:start + size].reshape(shape))
+        start += size
+    return out
 
 
 def flat_actions(actions: list) -> dict:
