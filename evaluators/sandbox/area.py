@@ -50,17 +50,18 @@ class StateArea:
         """A new request: its arrays go from the start again (the last one has been answered)."""
         self.used = 0
 
-    def place(self, arrays: list[np.ndarray], dtype: np.dtype, count: int) -> int | None:
-        """Copy `arrays` (of `dtype`, `count` numbers in all) one after another; their offset, or None if full."""
+    def place(self, arrays, dtype: np.dtype, count: int) -> int | None:
+        """Copy `arrays` (one-dimensional, of `dtype`, `count` numbers in all) one after another; their
+        offset, or None if the area is full."""
         start = -(-self.used // _ALIGN) * _ALIGN
         end = start + count * dtype.itemsize
         if end > self.size:
             return None
         out = self._bytes[start:end].view(dtype)
         if len(arrays) == 1:
-            out[:] = arrays[0].reshape(-1)
+            out[:] = arrays[0]
         else:
-            np.concatenate([a.reshape(-1) for a in arrays], out=out)
+            np.concatenate(arrays, out=out)
         self.used = end
         return start
 

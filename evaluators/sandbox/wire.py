@@ -12,6 +12,7 @@ request asked for and any byte left over. The frame itself is bounded by the
 caller (`frame_length(header, limit)`) from the same request.
 """
 import math
+import operator
 import struct
 
 import msgpack
@@ -131,57 +132,59 @@ def flat_batches(batches: list) -> dict | None:
 def flat_request(batches: list, area=None) -> tuple[dict, list[int]] | None:
     """`flat_batches`, with each array column placed in `area` (a `StateArea`) when it fits there
     (the frame then says where: offset, dtype, shapes); also how many numbers each batch's state holds."""
-    numbers = [0] * len(batches)
-    states = _columns([s for s, _ in batches], area, numbers)
+    sizes: list = []
+    states = _columns([s for s, _ in batches], area, sizes)
     params = _columns([p for _, p in batches], area, None) if states is not None else None
     if params is None:
         return None
     flat = {"n": len(batches), "state": states, "params": params}
     if area is not None and area.used:
         flat["used"] = area.used  # the bytes of the area this request filled
+    scalars = len(states) - len(sizes)
+    numbers = [sum(per_batch) + scalars for per_batch in zip(*sizes)] if sizes else [scalars] * len(batches)
     return {"flat": flat}, numbers
 
 
-def _columns(dicts: list, area, numbers: list[int] | None) -> dict | None:
-    if not dicts or any(type(d) is not dict for d in dicts):
+_DICT, _STR, _ARRAY, _ONE_DIM = {dict}, {str}, {np.ndarray}, {1}
+_DTYPE, _SIZE, _SHAPE, _NDIM = (operator.attrgetter(name) for name in ("dtype", "size", "shape", "ndim"))
+
+
+def _columns(dicts: list, area, sizes: list | None) -> dict | None:
+    """Each key's values across `dicts` as one column (C-level maps: this runs every period)."""
+    if not dicts or set(map(type, dicts)) != _DICT:
         return None
     keys = tuple(dicts[0])
-    if any(tuple(d) != keys for d in dicts) or any(type(k) is not str for k in keys):
+    if len(set(map(tuple, dicts))) != 1 or set(map(type, keys)) - _STR:
         return None
-    out, scalars = {}, 0
-    for key in keys:
-        values = [d[key] for d in dicts]
+    out = {}
+    for key, values in zip(keys, zip(*map(dict.values, dicts))):
         kinds = set(map(type, values))
         if kinds == _ARRAY:
-            column = out[key] = _array_column(values, area, numbers)
+            column = out[key] = _array_column(values, area, sizes)
             if column is None:
                 return None
         elif kinds <= _PLAIN:
-            out[key], scalars = values, scalars + 1
+            out[key] = values
         elif kinds <= _SCALARS:
-            out[key], scalars = [v.item() if isinstance(v, np.generic) else v for v in values], scalars + 1
+            out[key] = [v.item() if isinstance(v, np.generic) else v for v in values]
         else:
             return None
-    if numbers is not None and scalars:
-        numbers[:] = [n + scalars for n in numbers]
     return out
 
 
-_ARRAY = {np.ndarray}
-
-
-def _array_column(values: list, area, numbers: list[int] | None) -> dict | None:
-    dtype = values[0].dtype
-    if dtype.str not in _DTYPES or any(v.dtype is not dtype and v.dtype != dtype for v in values):
+def _array_column(values: tuple, area, sizes: list | None) -> dict | None:
+    dtypes = set(map(_DTYPE, values))
+    dtype = dtypes.pop()
+    if dtypes or dtype.str not in _DTYPES:
         return None
-    sizes = [v.size for v in values]
-    if numbers is not None:
-        numbers[:] = [n + k for n, k in zip(numbers, sizes)]
-    shapes = [v.shape for v in values]
-    at = area.place(values, dtype, sum(sizes)) if area is not None else None
+    counts, shapes = list(map(_SIZE, values)), list(map(_SHAPE, values))
+    if sizes is not None:
+        sizes.append(counts)
+    flat = values if set(map(_NDIM, values)) == _ONE_DIM else [v.reshape(-1) for v in values]
+    at = area.place(flat, dtype, sum(counts)) if area is not None else None
     if at is not None:
         return {"shapes": shapes, "at": at, "dtype": dtype.str}
-    return {"shapes": shapes, "data": np.concatenate([v.ravel() for v in values]) if len(values) > 1 else values[0].ravel()}
+    return {"shapes": shapes, "data": np.concatenate(flat) if len(flat) > 1 else flat[0]}
 
 
 def unflatten(flat: dict, area=None) -> list:
