@@ -181,10 +181,14 @@ def _array_column(values: tuple, area, sizes: list | None) -> dict | None:
     if sizes is not None:
         sizes.append(counts)
     flat = values if set(map(_NDIM, values)) == _ONE_DIM else [v.reshape(-1) for v in values]
-    at = area.place(flat, dtype, sum(counts)) if area is not None else None
+    count = sum(counts)
+    at = area.place(flat, dtype, count) if area is not None else None
+    column = {"shape": shapes[0]} if len(set(shapes)) == 1 and shapes[0] else {"shapes": shapes}
     if at is not None:
-        return {"shapes": shapes, "at": at, "dtype": dtype.str}
-    return {"shapes": shapes, "data": np.concatenate(flat) if len(flat) > 1 else flat[0]}
+        column.update(at=at, dtype=dtype.str, count=count)
+    else:
+        column["data"] = np.concatenate(flat) if len(flat) > 1 else flat[0]
+    return column
 
 
 def unflatten(flat: dict, area=None) -> list:
@@ -208,16 +212,12 @@ def _rows(columns: dict, n: int, blob) -> list[dict]:
 
 def _arrays(column: dict, n: int, blob) -> list:
     """One array column's arrays: views of its data, in the frame or in the area's copy."""
-    shapes, total = column["shapes"], 0
-    sizes = [math.prod(shape) for shape in shapes]
-    for size in sizes:  # not sum(): a candidate may have replaced builtins in its own process
-        total += size
-    data = np.frombuffer(blob, column["dtype"], total, column["at"]) if "at" in column else column["data"]
-    first = shapes[0]
-    if all(shape == first for shape in shapes):  # one reshape, and numpy hands out the rows
-        return list(data.reshape([n] + list(first)))
+    data = np.frombuffer(blob, column["dtype"], column["count"], column["at"]) if "at" in column else column["data"]
+    if "shape" in column:  # every batch's array has this shape: one reshape, and numpy hands out the rows
+        return list(data.reshape([n] + column["shape"]))
     out, start = [], 0
-    for shape, size in zip(shapes, sizes):
+    for shape in column["shapes"]:
+        size = math.prod(shape)
         out.append(data[start:start + size].reshape(shape))
         start += size
     return out
@@ -225,11 +225,13 @@ def _arrays(column: dict, n: int, blob) -> list:
 
 def flat_actions(actions: list) -> dict:
     """A reply's action arrays as one array and their shapes, when they share an allowed dtype."""
-    dtype = actions[0].dtype if actions else None
-    if dtype is None or dtype.str not in _DTYPES or any(a.dtype != dtype for a in actions):
+    dtypes = set(map(_DTYPE, actions))
+    dtype = dtypes.pop() if len(dtypes) == 1 else None
+    if dtype is None or dtype.str not in _DTYPES:
         return {"actions": actions}
-    data = np.concatenate([a.ravel() for a in actions]) if len(actions) > 1 else actions[0].ravel()
-    return {"flat": [[list(a.shape) for a in actions], data]}
+    shapes = list(map(_SHAPE, actions))
+    flat = actions if set(map(_NDIM, actions)) == _ONE_DIM else [a.ravel() for a in actions]
+    return {"flat": [shapes, np.concatenate(flat) if len(flat) > 1 else flat[0]]}
 
 
 def frame_length(header: bytes, limit: int) -> int:

@@ -17,7 +17,8 @@ LIMITS = SandboxConfig(wall_s=20, memory_mb=1024, startup_s=10)
 
 def _batches(t: int, leads=(1, 3, 2)):
     return [({"on_hand": np.arange(4, dtype=np.int64) + t, "pipeline": np.full((4, lead), t, np.int64),
-              "period": t, "penalty": 9.0}, {"level": np.full(4, 15.0 + t)}) for lead in leads]
+              "period": t, "penalty": 9.0, "scale": np.array(2.0 + t)}, {"level": np.full(4, 15.0 + t)})
+            for lead in leads]
 
 
 def _read_only(area: StateArea) -> mmap.mmap:
@@ -29,7 +30,7 @@ def test_states_placed_in_the_area_arrive_as_sent_and_stay_as_they_were():
     view = _read_only(area)
     message, numbers = wire.flat_request(_batches(1), area)
     assert all("at" in column for column in message["flat"]["state"].values() if isinstance(column, dict))
-    assert numbers == [4 + 4 * lead + 2 for lead in (1, 3, 2)]
+    assert numbers == [4 + 4 * lead + 3 for lead in (1, 3, 2)]
     got = wire.unflatten(wire.unpack(wire.pack(message)[4:])["flat"], view)
     area.reset()
     wire.flat_request(_batches(2), area)  # the next period overwrites the area
@@ -39,6 +40,7 @@ def test_states_placed_in_the_area_arrive_as_sent_and_stay_as_they_were():
             assert np.array_equal(state[key], value) and np.shape(state[key]) == np.shape(value)
         assert np.array_equal(params["level"], want_params["level"])
         assert not state["on_hand"].flags.writeable and not params["level"].flags.writeable
+        assert type(state["scale"]) is np.ndarray and state["scale"].shape == ()
 
 
 def test_a_request_larger_than_the_area_goes_on_the_pipe():
