@@ -49,7 +49,7 @@ class Channel:
         return wire.unpack(self._read(wire.frame_length(self._read(4), 1 << 31)))
 
     def send(self, obj):
-        data = wire.pack(obj)
+        data = wire.pack_reply(obj)
         while data:
             data = data[os.write(self.wfd, data):]
 

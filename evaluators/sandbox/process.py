@@ -198,7 +198,8 @@ class PolicyProcess:
             if not chunk:
                 self._died()
             self._buffer += chunk
-        data, self._buffer = bytes(self._buffer[:n]), self._buffer[n:]
+        data = bytes(self._buffer[:n])
+        del self._buffer[:n]  # in place: a bytearray drops its front without copying the rest
         return data
 
     def _wait(self, fd: int, deadline: float, clock: str, write: bool = False) -> None:

@@ -110,6 +110,26 @@ def pack(obj) -> bytes:
     return struct.pack(">I", len(body)) + body
 
 
+_REPLY_HEADS: dict = {}  # (dtype, shapes, count) -> a flat reply's frame up to its data
+
+
+def pack_reply(reply: dict) -> bytes:
+    """`pack` for the candidate's side: a flat reply's frame up to its data is kept by its layout
+    (dtype, shapes, count), so a policy that answers alike each period costs one copy of its data."""
+    flat = reply.get("flat")
+    if flat is None or len(reply) != 1:
+        return pack(reply)
+    shapes, data = flat
+    key = (data.dtype.str, tuple(map(tuple, shapes)), data.size)
+    head = _REPLY_HEADS.get(key)
+    if head is None:
+        frame = pack(reply)
+        if len(_REPLY_HEADS) < 256:
+            _REPLY_HEADS[key] = frame[:len(frame) - data.nbytes]
+        return frame
+    return head + data.tobytes()
+
+
 def unpack(body: bytes):
     """Decode a trusted message (the evaluator's request, in the child)."""
     try:
