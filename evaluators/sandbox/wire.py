@@ -411,17 +411,22 @@ class Replies:
     same way, and the data (any bytes are numbers) are exactly as long."""
 
     def __init__(self):
-        self._last = None  # (bounds, length, prefix, dtype, shapes, sizes) of the last flat reply
+        self._last = None  # (bounds, length, prefix, dtype, shapes, sizes, one shape for all) of the last flat reply
 
     def read(self, body: bytes, max_items: list[int]) -> dict:
         last = self._last
         if last is not None and len(body) == last[1] and max_items == last[0] and body.startswith(last[2]):
-            return {"actions": _split(np.frombuffer(body, last[3], offset=len(last[2])), last[4], last[5])}
+            data = np.frombuffer(body, last[3], offset=len(last[2]))
+            if last[6] is not None:  # every array has one shape: one reshape, and numpy hands out the rows
+                return {"actions": list(data.reshape(last[6]))}
+            return {"actions": _split(data, last[4], last[5])}
         reply = read_reply(body, max_items)
         actions = reply.get("actions")
         if body.startswith(_FLAT_KEY) and actions:
             sizes = [a.size for a in actions]
             data_bytes = sum(sizes) * actions[0].dtype.itemsize
+            shapes = [a.shape for a in actions]
+            rows = (len(shapes),) + shapes[0] if len(set(shapes)) == 1 and shapes[0] else None
             self._last = (list(max_items), len(body), body[:len(body) - data_bytes], actions[0].dtype,
-                          [a.shape for a in actions], sizes)
+                          shapes, sizes, rows)
         return reply
