@@ -151,3 +151,33 @@ def test_a_reply_like_the_last_one_is_read_from_its_layout_and_any_change_is_che
     swapped[swapped.index(b"<f8")] = ord(">")  # the same length, another dtype
     with pytest.raises(wire.WireError, match="is not allowed"):
         replies.read(bytes(swapped), bounds)
+
+
+# After one honest reply (whose layout the evaluator learns), a forged one with the same head.
+LEARNED_THEN_FORGED = '''import os, struct, sys, time
+import numpy as np
+CALLS = []
+
+def policy(state, params):
+    CALLS.append(1)
+    if len(CALLS) == 2:
+        wire = sys.modules["wire"]
+        frame = wire.pack(wire.flat_actions([np.zeros(4)]))
+        body = frame[4:] + TAIL
+        for fd in range(3, 32):
+            try:
+                os.write(fd, struct.pack(">I", len(body)) + body)
+            except OSError:
+                pass
+        time.sleep(30)
+    return np.zeros(4)
+'''
+
+
+def test_a_forged_reply_after_an_honest_one_is_still_read_in_full():
+    batch = [({"x": np.zeros(4)}, {})]
+    with pytest.raises(CandidateError) as caught, \
+            PolicyProcess(LEARNED_THEN_FORGED.replace("TAIL", 'b"\\0"'), "policy", LIMITS) as proc:
+        proc(batch)
+        proc(batch)
+    assert caught.value.status == Status.INVALID and "bytes after its end" in caught.value.reason, caught.value.reason
