@@ -51,17 +51,13 @@ class StateArea:
         self.used = 0
 
     def place(self, arrays, dtype: np.dtype, count: int) -> int | None:
-        """Copy `arrays` (one-dimensional, of `dtype`, `count` numbers in all) one after another; their
+        """Copy `arrays` (of `dtype`, `count` numbers in all) one after another, flattened; their
         offset, or None if the area is full."""
         start = -(-self.used // _ALIGN) * _ALIGN
         end = start + count * dtype.itemsize
         if end > self.size:
             return None
-        out = self._bytes[start:end].view(dtype)
-        if len(arrays) == 1:
-            out[:] = arrays[0]
-        else:
-            np.concatenate(arrays, out=out)
+        np.concatenate(arrays, axis=None, out=self._bytes[start:end].view(dtype))  # each array flattened
         self.used = end
         return start
 

@@ -165,8 +165,8 @@ def flat_request(batches: list, area=None) -> tuple[dict, list[int]] | None:
     return {"flat": flat}, numbers
 
 
-_DICT, _STR, _ARRAY, _ONE_DIM = {dict}, {str}, {np.ndarray}, {1}
-_DTYPE, _SIZE, _SHAPE, _NDIM = (operator.attrgetter(name) for name in ("dtype", "size", "shape", "ndim"))
+_DICT, _STR, _ARRAY = {dict}, {str}, {np.ndarray}
+_DTYPE, _SIZE, _SHAPE = (operator.attrgetter(name) for name in ("dtype", "size", "shape"))
 
 
 def _columns(dicts: list, area, sizes: list | None) -> dict | None:
@@ -200,14 +200,13 @@ def _array_column(values: tuple, area, sizes: list | None) -> dict | None:
     counts, shapes = list(map(_SIZE, values)), list(map(_SHAPE, values))
     if sizes is not None:
         sizes.append(counts)
-    flat = values if set(map(_NDIM, values)) == _ONE_DIM else [v.reshape(-1) for v in values]
     count = sum(counts)
-    at = area.place(flat, dtype, count) if area is not None else None
+    at = area.place(values, dtype, count) if area is not None else None
     column = {"shape": shapes[0]} if len(set(shapes)) == 1 and shapes[0] else {"shapes": shapes}
     if at is not None:
         column.update(at=at, dtype=dtype.str, count=count)
     else:
-        column["data"] = np.concatenate(flat) if len(flat) > 1 else flat[0]
+        column["data"] = np.concatenate(values, axis=None)
     return column
 
 
@@ -249,9 +248,7 @@ def flat_actions(actions: list) -> dict:
     dtype = dtypes.pop() if len(dtypes) == 1 else None
     if dtype is None or dtype.str not in _DTYPES:
         return {"actions": actions}
-    shapes = list(map(_SHAPE, actions))
-    flat = actions if set(map(_NDIM, actions)) == _ONE_DIM else [a.ravel() for a in actions]
-    return {"flat": [shapes, np.concatenate(flat) if len(flat) > 1 else flat[0]]}
+    return {"flat": [list(map(_SHAPE, actions)), np.concatenate(actions, axis=None)]}
 
 
 def frame_length(header: bytes, limit: int) -> int:
