@@ -110,7 +110,7 @@ class Spawned:
     to_child: int
     from_child: int
     log: object
-    area: StateArea
+    area: StateArea | None
     slot: list = field(default_factory=list)
 
     @property
@@ -129,7 +129,8 @@ class Spawned:
         for fd in (self.to_child, self.from_child):
             os.close(fd)
         self.log.close()
-        self.area.close()
+        if self.area is not None:
+            self.area.close()
         try:
             self.server.kill(self.pid)
         except (OSError, RuntimeError, ValueError):  # its server is gone, and it with it
@@ -160,8 +161,8 @@ def spawn(key: tuple, spec: dict, wait: bool = True) -> Spawned:
     to_child_r, to_child = os.pipe()
     from_child, from_child_w = os.pipe()
     log = tempfile.TemporaryFile()
-    area = StateArea()
-    fds = [to_child_r, from_child_w, log.fileno(), area.fd]
+    area = _area()
+    fds = [to_child_r, from_child_w, log.fileno()] + ([area.fd] if area is not None else [])
     try:
         try:
             server = zygote(key)
@@ -176,13 +177,24 @@ def spawn(key: tuple, spec: dict, wait: bool = True) -> Spawned:
         for fd in (to_child, from_child):
             os.close(fd)
         log.close()
-        area.close()
+        if area is not None:
+            area.close()
         raise
     finally:
         os.close(to_child_r)
         os.close(from_child_w)
-        area.close_fd()
+        if area is not None:
+            area.close_fd()
     return ready
+
+
+def _area() -> StateArea | None:
+    """Shared memory for the process's states, or None where this kernel cannot seal it (then they go on
+    the pipe: nothing a candidate could write is ever shared)."""
+    try:
+        return StateArea()
+    except OSError:
+        return None
 
 
 def take(key: tuple, spec: dict) -> Spawned:

@@ -181,3 +181,18 @@ def test_a_forged_reply_after_an_honest_one_is_still_read_in_full():
         proc(batch)
         proc(batch)
     assert caught.value.status == Status.INVALID and "bytes after its end" in caught.value.reason, caught.value.reason
+
+
+def test_where_the_area_cannot_be_sealed_states_go_on_the_pipe(monkeypatch):
+    from evaluators.sandbox import server
+
+    def unsealable(*_):
+        raise OSError(22, "this kernel cannot seal a memfd")
+
+    monkeypatch.setattr(server, "StateArea", unsealable)
+    limits = SandboxConfig(wall_s=20, memory_mb=1024, startup_s=10, cpu_s=299)  # no spare of another test fits
+    with PolicyProcess(ATTACKS.replace('state["period"] == 1', "False"), "policy", limits, spare=False) as proc:
+        assert proc._area is None
+        for t in (1, 2):
+            got = proc(_batches(t))
+            assert all(np.array_equal(a, b) for a, b in zip(got, _expected(t)))
