@@ -50,7 +50,7 @@ class Channel:
         return wire.unpack(self._read(wire.frame_length(self._read(4), 1 << 31)))
 
     def send(self, obj):
-        data = wire.pack(obj)
+        data = wire.pack_reply(obj)
         while data:
             data = data[os.write(self.wfd, data):]
 
@@ -81,7 +81,7 @@ def answer(fn, batches):
     return wire.flat_actions(actions)
 
 
-def serve(channel, held, missing, require):
+def serve(channel, held, missing, require, area=None):
     request = channel.recv()
     unsafe = {name: missing[name] for name in require if name in missing}
     if unsafe:  # never run a candidate without what the run requires
@@ -95,7 +95,7 @@ def serve(channel, held, missing, require):
         return
     while True:
         request = channel.recv()
-        batches = wire.unflatten(request["flat"]) if "flat" in request else request["batches"]
+        batches = wire.unflatten(request["flat"], area) if "flat" in request else request["batches"]
         try:
             reply = answer(fn, batches)
         except BaseException as exc:  # noqa: BLE001
@@ -140,7 +140,8 @@ def confine(spec, world, missing):
     if "no-network" not in missing:
         held += ["no-network", "own-ipc"] + (["own-pids"] if os.getpid() == 1 else [])
         _try(held, missing, "private-filesystem", lambda: _enter(world, spec["scratch_mb"]))
-    _close_other_fds((0, 1, 2, spec["rfd"], spec["wfd"]))
+    _close_other_fds((0, 1, 2) + _channel_fds(spec))
+    area = _map_area(spec.get("afd"))
     _try(held, missing, "rlimits", lambda: iso.set_limits(spec["limits"]))
     _try(held, missing, "no-capabilities", iso.drop_capabilities)
     if world["uid"] is not None:
@@ -152,7 +153,20 @@ def confine(spec, world, missing):
         missing["seccomp"] = world["seccomp_why"]
     else:
         _try(held, missing, "seccomp", lambda: iso.load_seccomp(world["seccomp"]))
-    serve(Channel(spec["rfd"], spec["wfd"]), held, missing, spec["require"])
+    serve(Channel(spec["rfd"], spec["wfd"]), held, missing, spec["require"], area)
+
+
+def _channel_fds(spec):
+    return (spec["rfd"], spec["wfd"]) + ((spec["afd"],) if spec.get("afd") is not None else ())
+
+
+def _map_area(fd):
+    """The evaluator's shared memory of states, mapped read-only; its descriptor closed (nothing to reopen).
+
+    Its seals (see `area` on the evaluator's side) refuse any write, writable mapping or
+    resize, whatever the candidate tries; the evaluator never reads it back.
+    """
+    return iso.map_read_only(fd) if fd is not None else None
 
 
 def _enter(world, scratch_mb):
@@ -232,7 +246,7 @@ def zygote(sock_fd):
     while True:
         dying = {pid for pid in dying if not os.waitpid(pid, os.WNOHANG)[0]}  # reap what was killed before
         try:
-            data, fds, _, _ = socket.recv_fds(sock, 1 << 16, 3)
+            data, fds, _, _ = socket.recv_fds(sock, 1 << 16, 4)
         except OSError:
             data, fds = b"", []
         if not data:
@@ -241,7 +255,8 @@ def zygote(sock_fd):
             os._exit(0)
         request = json.loads(data)
         if request["op"] == "spawn":
-            reply = {"pid": _spawn(sock, dict(request["spec"], rfd=fds[0], wfd=fds[1]), fds, world)}
+            spec = dict(request["spec"], rfd=fds[0], wfd=fds[1], afd=fds[3] if len(fds) > 3 else None)
+            reply = {"pid": _spawn(sock, spec, fds, world)}
             children[reply["pid"]] = request["spec"]["limits"]["cpu_s"]
         elif request["op"] == "wait":
             reply = {"code": _wait(request["pid"], request["timeout"], children.pop(request["pid"], None))}

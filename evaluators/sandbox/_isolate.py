@@ -16,6 +16,7 @@ seccomp filter, in that order.
 """
 import ctypes
 import errno
+import mmap
 import os
 import resource
 
@@ -143,9 +144,9 @@ def become(uid: int) -> None:
 SYS_CLONE, SIGCHLD = 56, 17  # x86_64
 
 
-def fork_isolated() -> tuple[int, int, str]:
+def fork_isolated() -> tuple[int, str]:
     """Fork straight into new user, mount, network, IPC, UTS, cgroup and PID namespaces, so the
-    child is pid 1 of its own from birth: (pid, 0 in the child, why not) as `os.fork` gives it.
+    child is pid 1 of its own from birth: (pid as `os.fork` gives it, 0 in the child; why not).
 
     One raw clone(2) where unshare(2) would need a second fork to enter the PID namespace: a
     fork and an exit fewer per candidate. The caller is single-threaded (the fork server), so
@@ -185,6 +186,25 @@ def private_mounts(scratch_mb: int) -> None:
     except OSError:
         pass
     os.chdir("/tmp")
+
+
+def map_read_only(fd: int):
+    """The whole file of `fd` mapped shared and read-only, as a ctypes char array; `fd` is closed.
+
+    Mapped with the C library, not `mmap.mmap`, which keeps a duplicate of the descriptor open.
+    """
+    try:
+        size = os.fstat(fd).st_size
+        mmap_ = _libc.mmap
+        mmap_.restype, mmap_.argtypes = ctypes.c_void_p, (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                                                          ctypes.c_int, ctypes.c_int, ctypes.c_long)
+        addr = mmap_(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if addr in (None, ctypes.c_void_p(-1).value):
+            err = ctypes.get_errno()
+            raise OSError(err, f"mmap: {os.strerror(err)}")
+        return (ctypes.c_char * size).from_address(addr)
+    finally:
+        os.close(fd)
 
 
 def set_limits(limits: dict) -> None:

@@ -35,7 +35,12 @@ def reply_bounds(batches: list) -> tuple[list[int], int]:
     A reply holds at most 1024 numbers plus four per number of the batch's state,
     so what a candidate may send back follows from what it was asked.
     """
-    items = [1024 + 4 * _numbers(state) for state, _ in batches]
+    return _bounds([_numbers(state) for state, _ in batches])
+
+
+def _bounds(numbers: list[int]) -> tuple[list[int], int]:
+    """`reply_bounds` from how many numbers each batch's state holds."""
+    items = [1024 + 4 * n for n in numbers]
     return items, START_FRAME + sum(8 * n + 128 for n in items)
 
 
@@ -86,6 +91,8 @@ class PolicyProcess:
         self._to_child = self._from_child = None  # our ends of the two pipes
         self._log = None  # the candidate's stdout and stderr
         self._buffer = bytearray()  # read from the candidate, not yet taken
+        self._area = None  # the shared memory its requests' arrays go in (read-only to it)
+        self._replies = wire.Replies()
 
     def __enter__(self) -> "PolicyProcess":
         try:
@@ -104,7 +111,7 @@ class PolicyProcess:
         key = self.server_key()
         ready = server.take(key, spec)
         self._pid, self._server, self._log = ready.pid, ready.server, ready.log
-        self._to_child, self._from_child = ready.to_child, ready.from_child
+        self._to_child, self._from_child, self._area = ready.to_child, ready.from_child, ready.area
         os.set_blocking(self._to_child, False)
         self._deadline = time.monotonic() + self.limits.wall_s
         self._startup = time.monotonic() + self.limits.startup_s
@@ -136,7 +143,13 @@ class PolicyProcess:
     def __call__(self, batches: list) -> list:
         """Send a list of (state, params) batches; return the policy's action arrays."""
         self.calls += 1
-        data = wire.pack(wire.flat_batches(batches) or {"batches": batches})
+        if self._area is not None:
+            self._area.reset()  # the last request has been answered: its arrays may go
+        request = wire.flat_request(batches, self._area)
+        if request is None:
+            data, bounds = wire.pack({"batches": batches}), reply_bounds(batches)
+        else:
+            data, bounds = wire.pack(request[0]), _bounds(request[1])
         if self._starting:  # behind the code: a process that fails to load never reads it
             sent = self._write(data, self._deadline, "wall-clock", early=True)
             self.confirm_started()
@@ -144,7 +157,7 @@ class PolicyProcess:
                 self._died()
         else:
             self._write(data, self._deadline, "wall-clock")
-        reply = self._receive(batches, self._deadline, "wall-clock")
+        reply = self._receive(bounds, self._deadline, "wall-clock")
         if "error" in reply:
             raise CandidateError(Status.FAILED, "the policy raised:\n" + clip(reply["error"], 3500))
         actions = reply["actions"]
@@ -152,12 +165,13 @@ class PolicyProcess:
             raise CandidateError(Status.INVALID, "the policy's reply is not one action array per batch")
         return actions
 
-    def _receive(self, batches: list | None, deadline: float, clock: str) -> dict:
-        """The next reply, bounded by what `batches` asked for (None: the start-up reply)."""
-        items, limit = reply_bounds(batches) if batches is not None else (None, START_FRAME)
+    def _receive(self, bounds: tuple | None, deadline: float, clock: str) -> dict:
+        """The next reply, within `bounds` (`reply_bounds` of the request; None: the start-up reply)."""
+        items, limit = bounds if bounds is not None else (None, START_FRAME)
         try:
             length = wire.frame_length(self._read(4, deadline, clock), limit)
-            return wire.read_reply(self._read(length, deadline, clock), items)
+            body = self._read(length, deadline, clock)
+            return self._replies.read(body, items) if items is not None else wire.read_reply(body)
         except wire.WireError as exc:
             self.close()
             raise CandidateError(Status.INVALID, f"malformed reply from the program: {exc}") from None
@@ -184,7 +198,8 @@ class PolicyProcess:
             if not chunk:
                 self._died()
             self._buffer += chunk
-        data, self._buffer = bytes(self._buffer[:n]), self._buffer[n:]
+        data = bytes(self._buffer[:n])
+        del self._buffer[:n]  # in place: a bytearray drops its front without copying the rest
         return data
 
     def _wait(self, fd: int, deadline: float, clock: str, write: bool = False) -> None:
@@ -232,3 +247,6 @@ class PolicyProcess:
         if self._log is not None:
             self._log.close()
             self._log = None
+        if self._area is not None:
+            self._area.close()
+            self._area = None

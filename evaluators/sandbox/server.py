@@ -21,6 +21,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from evaluators.sandbox.area import StateArea
+
 _CHILD = Path(__file__).with_name("_child.py")
 _PASS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "LANG")
 
@@ -100,13 +102,15 @@ class Zygote:
 
 @dataclass
 class Spawned:
-    """An isolated process that waits for its code: its server, our pipe ends, its output, and its pid
-    (which arrives from the server when first asked for, so making a spare never waits)."""
+    """An isolated process that waits for its code: its server, our pipe ends, its output, the shared
+    memory its requests' states go in, and its pid (which arrives from the server when first asked
+    for, so making a spare never waits)."""
 
     server: Zygote
     to_child: int
     from_child: int
     log: object
+    area: StateArea | None
     slot: list = field(default_factory=list)
 
     @property
@@ -125,6 +129,8 @@ class Spawned:
         for fd in (self.to_child, self.from_child):
             os.close(fd)
         self.log.close()
+        if self.area is not None:
+            self.area.close()
         try:
             self.server.kill(self.pid)
         except (OSError, RuntimeError, ValueError):  # its server is gone, and it with it
@@ -155,26 +161,40 @@ def spawn(key: tuple, spec: dict, wait: bool = True) -> Spawned:
     to_child_r, to_child = os.pipe()
     from_child, from_child_w = os.pipe()
     log = tempfile.TemporaryFile()
-    fds = [to_child_r, from_child_w, log.fileno()]
+    area = _area()
+    fds = [to_child_r, from_child_w, log.fileno()] + ([area.fd] if area is not None else [])
     try:
         try:
             server = zygote(key)
-            ready = Spawned(server, to_child, from_child, log, server.spawn(spec, fds))
+            ready = Spawned(server, to_child, from_child, log, area, server.spawn(spec, fds))
             if wait:
                 server.answer(ready.slot)
         except (OSError, RuntimeError, ValueError):  # the fork server died under us: one fresh try
             server = zygote(key, fresh=True)
-            ready = Spawned(server, to_child, from_child, log, server.spawn(spec, fds))
+            ready = Spawned(server, to_child, from_child, log, area, server.spawn(spec, fds))
             server.answer(ready.slot)
     except BaseException:
         for fd in (to_child, from_child):
             os.close(fd)
         log.close()
+        if area is not None:
+            area.close()
         raise
     finally:
         os.close(to_child_r)
         os.close(from_child_w)
+        if area is not None:
+            area.close_fd()
     return ready
+
+
+def _area() -> StateArea | None:
+    """Shared memory for the process's states, or None where this kernel cannot seal it (then they go on
+    the pipe: nothing a candidate could write is ever shared)."""
+    try:
+        return StateArea()
+    except OSError:
+        return None
 
 
 def take(key: tuple, spec: dict) -> Spawned:

@@ -12,6 +12,7 @@ request asked for and any byte left over. The frame itself is bounded by the
 caller (`frame_length(header, limit)`) from the same request.
 """
 import math
+import operator
 import struct
 
 import msgpack
@@ -109,6 +110,26 @@ def pack(obj) -> bytes:
     return struct.pack(">I", len(body)) + body
 
 
+_REPLY_HEADS: dict = {}  # (dtype, shapes, count) -> a flat reply's frame up to its data
+
+
+def pack_reply(reply: dict) -> bytes:
+    """`pack` for the candidate's side: a flat reply's frame up to its data is kept by its layout
+    (dtype, shapes, count), so a policy that answers alike each period costs one copy of its data."""
+    flat = reply.get("flat")
+    if flat is None or len(reply) != 1:
+        return pack(reply)
+    shapes, data = flat
+    key = (data.dtype.str, tuple(map(tuple, shapes)), data.size)
+    head = _REPLY_HEADS.get(key)
+    if head is None:
+        frame = pack(reply)
+        if len(_REPLY_HEADS) < 256:
+            _REPLY_HEADS[key] = frame[:len(frame) - data.nbytes]
+        return frame
+    return head + data.tobytes()
+
+
 def unpack(body: bytes):
     """Decode a trusted message (the evaluator's request, in the child)."""
     try:
@@ -124,63 +145,110 @@ def flat_batches(batches: list) -> dict | None:
     """A request of (state, params) batches as columns: each key's arrays concatenated into one
     array with their shapes, or its scalars as one list. None when the batches do not share one
     layout (then they go as they are)."""
-    states, params = _columns([s for s, _ in batches]), _columns([p for _, p in batches])
-    if states is None or params is None:
+    request = flat_request(batches)
+    return request[0] if request is not None else None
+
+
+def flat_request(batches: list, area=None) -> tuple[dict, list[int]] | None:
+    """`flat_batches`, with each array column placed in `area` (a `StateArea`) when it fits there
+    (the frame then says where: offset, dtype, shapes); also how many numbers each batch's state holds."""
+    sizes: list = []
+    states = _columns([s for s, _ in batches], area, sizes)
+    params = _columns([p for _, p in batches], area, None) if states is not None else None
+    if params is None:
         return None
-    return {"flat": {"n": len(batches), "state": states, "params": params}}
+    flat = {"n": len(batches), "state": states, "params": params}
+    if area is not None and area.used:
+        flat["used"] = area.used  # the bytes of the area this request filled
+    scalars = len(states) - len(sizes)
+    numbers = [sum(per_batch) + scalars for per_batch in zip(*sizes)] if sizes else [scalars] * len(batches)
+    return {"flat": flat}, numbers
 
 
-def _columns(dicts: list) -> dict | None:
-    if not dicts or {type(d) for d in dicts} != {dict}:
+_DICT, _STR, _ARRAY = {dict}, {str}, {np.ndarray}
+_DTYPE, _SIZE, _SHAPE = (operator.attrgetter(name) for name in ("dtype", "size", "shape"))
+
+
+def _columns(dicts: list, area, sizes: list | None) -> dict | None:
+    """Each key's values across `dicts` as one column (C-level maps: this runs every period)."""
+    if not dicts or set(map(type, dicts)) != _DICT:
         return None
     keys = tuple(dicts[0])
-    if any(tuple(d) != keys for d in dicts) or {type(k) for k in keys} - {str}:
+    if len(set(map(tuple, dicts))) != 1 or set(map(type, keys)) - _STR:
         return None
     out = {}
-    for key in keys:
-        values = [d[key] for d in dicts]
+    for key, values in zip(keys, zip(*map(dict.values, dicts))):
         kinds = set(map(type, values))
-        if kinds == {np.ndarray}:
-            dtypes = {v.dtype for v in values}
-            if len(dtypes) != 1 or dtypes.pop().str not in _DTYPES:
+        if kinds == _ARRAY:
+            column = out[key] = _array_column(values, area, sizes)
+            if column is None:
                 return None
-            out[key] = {"shapes": [list(v.shape) for v in values],
-                        "data": np.concatenate([v.ravel() for v in values]) if len(values) > 1 else values[0].ravel()}
+        elif kinds <= _PLAIN:
+            out[key] = values
         elif kinds <= _SCALARS:
-            out[key] = values if kinds <= _PLAIN else [v.item() if isinstance(v, np.generic) else v for v in values]
+            out[key] = [v.item() if isinstance(v, np.generic) else v for v in values]
         else:
             return None
     return out
 
 
-def unflatten(flat: dict) -> list:
-    """The (state, params) batches of a flat request (trusted input; in the candidate's process)."""
-    n = flat["n"]
-    return list(zip(_rows(flat["state"], n), _rows(flat["params"], n)))
+def _array_column(values: tuple, area, sizes: list | None) -> dict | None:
+    dtypes = set(map(_DTYPE, values))
+    dtype = dtypes.pop()
+    if dtypes or dtype.str not in _DTYPES:
+        return None
+    counts, shapes = list(map(_SIZE, values)), list(map(_SHAPE, values))
+    if sizes is not None:
+        sizes.append(counts)
+    count = sum(counts)
+    at = area.place(values, dtype, count) if area is not None else None
+    column = {"shape": shapes[0]} if len(set(shapes)) == 1 and shapes[0] else {"shapes": shapes}
+    if at is not None:
+        column.update(at=at, dtype=dtype.str, count=count)
+    else:
+        column["data"] = np.concatenate(values, axis=None)
+    return column
 
 
-def _rows(columns: dict, n: int) -> list[dict]:
-    rows = [{} for _ in range(n)]
-    for key, column in columns.items():
-        if isinstance(column, dict):
-            data, start = column["data"], 0
-            for row, shape in zip(rows, column["shapes"]):
-                size = math.prod(shape)
-                row[key] = data[start:start + size].reshape(shape)
-                start += size
-        else:
-            for row, value in zip(rows, column):
-                row[key] = value
-    return rows
+def unflatten(flat: dict, area=None) -> list:
+    """The (state, params) batches of a flat request (trusted input; in the candidate's process).
+
+    What the request placed in the shared `area` is copied out first, in one piece (so the
+    arrays are read-only, like those of a frame, and what the policy keeps from one period
+    does not change under it in the next).
+    """
+    n, used = flat["n"], flat.get("used")
+    blob = area[:used] if used else None
+    return list(zip(_rows(flat["state"], n, blob), _rows(flat["params"], n, blob)))
+
+
+def _rows(columns: dict, n: int, blob) -> list[dict]:
+    """Each row's dict, its keys in the request's order (scalars zipped in, arrays cut from their data)."""
+    keys = list(columns)
+    values = [_arrays(c, n, blob) if type(c) is dict else c for c in columns.values()]
+    return [dict(zip(keys, row)) for row in zip(*values)] if keys else [{} for _ in range(n)]
+
+
+def _arrays(column: dict, n: int, blob) -> list:
+    """One array column's arrays: views of its data, in the frame or in the area's copy."""
+    data = np.frombuffer(blob, column["dtype"], column["count"], column["at"]) if "at" in column else column["data"]
+    if "shape" in column:  # every batch's array has this shape: one reshape, and numpy hands out the rows
+        return list(data.reshape([n] + column["shape"]))
+    out, start = [], 0
+    for shape in column["shapes"]:
+        size = math.prod(shape)
+        out.append(data[start:start + size].reshape(shape))
+        start += size
+    return out
 
 
 def flat_actions(actions: list) -> dict:
     """A reply's action arrays as one array and their shapes, when they share an allowed dtype."""
-    dtype = actions[0].dtype if actions else None
-    if dtype is None or dtype.str not in _DTYPES or any(a.dtype != dtype for a in actions):
+    dtypes = set(map(_DTYPE, actions))
+    dtype = dtypes.pop() if len(dtypes) == 1 else None
+    if dtype is None or dtype.str not in _DTYPES:
         return {"actions": actions}
-    data = np.concatenate([a.ravel() for a in actions]) if len(actions) > 1 else actions[0].ravel()
-    return {"flat": [[list(a.shape) for a in actions], data]}
+    return {"flat": [list(map(_SHAPE, actions)), np.concatenate(actions, axis=None)]}
 
 
 def frame_length(header: bytes, limit: int) -> int:
@@ -319,8 +387,43 @@ def _flat_field(reader: _Reader, max_items: list[int]) -> list[np.ndarray]:
     data = reader.ext(sum(sizes), "'flat' actions")
     if data.ndim != 1 or data.size != sum(sizes):
         raise WireError("the flat actions do not match their shapes")
+    return _split(data, shapes, sizes)
+
+
+def _split(data: np.ndarray, shapes: list, sizes: list[int]) -> list[np.ndarray]:
     out, start = [], 0
     for shape, size in zip(shapes, sizes):
         out.append(data[start:start + size].reshape(shape))
         start += size
     return out
+
+
+_FLAT_KEY = b"\x81\xa4flat"  # a reply of one field, "flat"
+
+
+class Replies:
+    """One candidate's replies to requests, read with `read_reply`; a flat reply that repeats the
+    last one's bytes up to its actions' data, under the same bounds and at the same length, is
+    read from the layout learned then instead of being walked again: the same bytes read the
+    same way, and the data (any bytes are numbers) are exactly as long."""
+
+    def __init__(self):
+        self._last = None  # (bounds, length, prefix, dtype, shapes, sizes, one shape for all) of the last flat reply
+
+    def read(self, body: bytes, max_items: list[int]) -> dict:
+        last = self._last
+        if last is not None and len(body) == last[1] and max_items == last[0] and body.startswith(last[2]):
+            data = np.frombuffer(body, last[3], offset=len(last[2]))
+            if last[6] is not None:  # every array has one shape: one reshape, and numpy hands out the rows
+                return {"actions": list(data.reshape(last[6]))}
+            return {"actions": _split(data, last[4], last[5])}
+        reply = read_reply(body, max_items)
+        actions = reply.get("actions")
+        if body.startswith(_FLAT_KEY) and actions:
+            sizes = [a.size for a in actions]
+            data_bytes = sum(sizes) * actions[0].dtype.itemsize
+            shapes = [a.shape for a in actions]
+            rows = (len(shapes),) + shapes[0] if len(set(shapes)) == 1 and shapes[0] else None
+            self._last = (list(max_items), len(body), body[:len(body) - data_bytes], actions[0].dtype,
+                          shapes, sizes, rows)
+        return reply

@@ -60,3 +60,13 @@ def test_actions_of_other_dtypes_keep_the_list_form_and_its_checks():
     reply = wire.pack(wire.flat_actions([np.zeros(2, np.uint64)]))[4:]
     with pytest.raises(wire.WireError, match="dtype '<u8'"):
         wire.read_reply(reply, [1024])
+
+
+@pytest.mark.parametrize("actions", [[np.arange(4.0), np.ones(4)], [np.zeros((2, 2), np.int64), np.ones(3, np.int64)],
+                                     [np.ones((), np.float32)]])
+def test_a_reply_packed_from_its_kept_head_is_the_frame_pack_makes(actions):
+    first = wire.pack_reply(wire.flat_actions(actions))
+    moved = [a + 1 for a in actions]
+    assert first == wire.pack(wire.flat_actions(actions))
+    assert wire.pack_reply(wire.flat_actions(moved)) == wire.pack(wire.flat_actions(moved))
+    assert wire.pack_reply({"error": "x"}) == wire.pack({"error": "x"})
