@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from controller.config import validate  # noqa: E402
 from controller.resume import expand_seeds, islands_snapshot, load_islands  # noqa: E402
+from evaluators.secrets import RunSecrets  # noqa: E402
 from islands.archipelago import Archipelago  # noqa: E402
 from islands.population import Member  # noqa: E402
 from store.duckdb_archive import DuckDBArchive  # noqa: E402
@@ -213,7 +214,7 @@ def resume(path: Path, config, full_replay: bool) -> tuple[DuckDBArchive, object
         extra = f"  replayed {out.replayed:,} rows after the snapshot" if label.startswith("islands") else ""
         print(f"    {label:<38}{seconds * 1e3:>9.1f} ms ({cpu * 1e3:.1f} ms CPU){extra}")
     print(f"    {'resume, archive and islands':<38}{total:>9.2f} s")
-    search = Search(config, archive, RUN, path.parent)
+    search = Search(config, archive, RUN, path.parent, secrets=RunSecrets.fixed(0))
     return archive, search
 
 
@@ -231,6 +232,7 @@ def drive(search, n: int, commit_every: int, snapshot_every: int, rng, depth: di
     submitted = []
     search._submit_eval = lambda candidate, split="search": submitted.append((candidate, split))
     search.mutators, search._next_mutator = [_Handle()], 0
+    search.load, search.nodes, search.backlog = {0: 0}, {}, []  # one ready evaluator slot (controller.cluster)
     names = ("parent + request", "dedup + candidate", "islands update", "commit", "islands snapshot")
     wall, cpu = np.zeros(5), np.zeros(5)
 
