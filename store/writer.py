@@ -25,7 +25,7 @@ from store.columns import finite_lists, floats, json_column, plain_floats, statu
 from store.hash_index import HashIndex, id_hashes
 from store.records import Candidate, EvalResult, Status
 
-__all__ = ["FOLD_EVERY", "Writer", "insert_arrow", "to_json"]
+__all__ = ["FOLD_EVERY", "TableColumns", "Writer", "insert_arrow", "to_json"]
 FOLD_EVERY = 10_000  # programs between folds of mutator_success's tail into its totals
 _NAN = float("nan")
 _STRINGS = pa.list_(pa.string())
@@ -44,14 +44,16 @@ class _Batch:
 class Writer:
     """Builds and inserts one batch inside the caller's transaction; see the module docstring."""
 
-    def __init__(self, con):
+    def __init__(self, con, columns: TableColumns | None = None):
         self.con = con
+        self.columns = columns or TableColumns(con)
         keys, seqs, scores = self._column_arrays(
             "SELECT id_hash, seq, coalesce(CASE WHEN search_status = 'OK' THEN search_score END, 'NaN'::DOUBLE) "
             "FROM programs")
         self.index = HashIndex(keys, seqs, scores)
         self.island_best = self._island_bests()
         self.next_seq = con.execute("SELECT coalesce(max(seq), 0) + 1 FROM programs").fetchone()[0]
+        self.pending = 0
         self.folded = con.execute("SELECT coalesce(max(seq), 0) FROM mutator_counts_seq").fetchone()[0]
 
     def _column_arrays(self, sql: str) -> list[np.ndarray]:
@@ -67,6 +69,7 @@ class Writer:
     def write(self, pairs: list[tuple[Candidate, EvalResult]], evaluations: list[tuple[EvalResult, str]]):
         """Insert the batch; returns a function to call once its transaction has committed."""
         batch = self._sort_out(pairs, evaluations)
+        self.pending = len(batch.fresh)  # programs this batch adds, once it commits
         after = []
         if batch.fresh:
             after.append(self._insert_programs(batch))
@@ -263,18 +266,42 @@ class Writer:
         return last
 
     def _insert(self, table_name: str, table: pa.Table) -> None:
-        insert_arrow(self.con, table_name, table)
+        insert_arrow(self.con, table_name, table, self.columns)
 
 
-def insert_arrow(con, table_name: str, table: pa.Table) -> None:
-    """Append an Arrow table to `table_name`, columns matched by name (the archive's one bulk insert)."""
+class TableColumns:
+    """Each table's column names in order, read once (the schema is migrated before any write)."""
+
+    def __init__(self, con):
+        self.con, self._names = con, {}
+
+    def __call__(self, table_name: str) -> list[str]:
+        if table_name not in self._names:
+            self._names[table_name] = [name for (name,) in self.con.execute(
+                "SELECT column_name FROM duckdb_columns() WHERE schema_name = 'main' AND table_name = ? "
+                "ORDER BY column_index", [table_name]).fetchall()]
+        return self._names[table_name]
+
+
+def insert_arrow(con, table_name: str, table: pa.Table, columns: TableColumns | None = None) -> None:
+    """Append an Arrow table to `table_name`, columns matched by name (the archive's one bulk insert).
+
+    With the table's `columns` known, the batch is put in their order (missing ones null) and
+    appended from a relation: no view registered and dropped inside the transaction, a
+    quarter less per statement than matching by name, which is most of a small commit's cost.
+    """
+    names = columns(table_name) if columns is not None else ()
+    if names and set(table.column_names) <= set(names):
+        present, n = set(table.column_names), table.num_rows
+        ordered = pa.table([table[c] if c in present else pa.nulls(n) for c in names], names=names)
+        con.from_arrow(ordered).insert_into(table_name)
+        return
     con.register("_batch", table)
     try:
         con.execute(f"INSERT INTO {table_name} BY NAME SELECT * FROM _batch")
     finally:
         with contextlib.suppress(duckdb.TransactionException):  # a failed statement aborted the transaction
             con.unregister("_batch")
-
 
 
 def _first_of_each(candidates: list[Candidate]) -> list[Candidate]:
