@@ -11,6 +11,8 @@ driver can answer live read-only queries from a cursor of its own (`store/live.p
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import time
 from collections.abc import Callable
@@ -35,6 +37,24 @@ CONFIG = {"enable_external_access": False, "autoinstall_known_extensions": False
           "arrow_lossless_conversion": True}
 _SEARCH_ROW = ("program_id", "island", "generation", "code", "mutator", "status", "score",
                "instance_scores", "descriptors", "seq")
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """No cyclic garbage collection while a batch is built and inserted.
+
+    A batch makes and drops thousands of small containers (its rows' tuples, lists and
+    dicts, all freed by reference counting); each allocation burst otherwise sets off
+    collections that walk the driver's long-lived objects: a sixth of the write time in
+    benchmarks/archive_scale.py. Collection resumes after the batch.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def migrations() -> list[tuple[int, str, str]]:
@@ -171,7 +191,8 @@ class DuckDBArchive:
                 last = writer.next_seq - 1 + (writer.pending if after else 0)  # next_seq moves once committed
                 self._save_snapshot(run_id, snapshot(last) if callable(snapshot) else snapshot)
             return after
-        self._transaction(work)
+        with _gc_paused():
+            self._transaction(work)
 
     def record(self, pairs: list[tuple[Candidate, EvalResult]]) -> None:
         """Programs (new ones), their lineage edges and evaluations, in one transaction."""
