@@ -11,7 +11,9 @@ with per-instance scores, descriptors and ~300 B of metrics; failures carry an
 error text; a child beats its parent ever more rarely as its island ages). Islands snapshots are saved every `--snapshot-every` programs, as the
 driver does every few seconds. At each size in `--at` it prints:
 - ingest rows/s so far (rows = programs + lineage edges + evaluations; only the
-  `write` calls are timed, not making the programs),
+  `write` calls are timed, not making the programs), and where that time went per row:
+  building the batch's columns in Python, DuckDB's inserts, and its COMMIT (which
+  writes the log, and folds it into the file every 256 MB),
 - `best_per_island`, `mutator_success` and a 1,000-deep `lineage_of`, fetched whole
   (median of 5), and one live query through the run directory's socket,
 - a resume: the archive reopened, then what `Search.__init__` reads (count, operator
@@ -42,8 +44,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from controller.config import validate  # noqa: E402
 from controller.resume import expand_seeds, islands_snapshot, load_islands  # noqa: E402
+from evaluators.secrets import RunSecrets  # noqa: E402
 from islands.archipelago import Archipelago  # noqa: E402
 from islands.population import Member  # noqa: E402
+import store.duckdb_archive as archive_module  # noqa: E402
+import store.writer as writer_module  # noqa: E402
 from store.duckdb_archive import DuckDBArchive  # noqa: E402
 from store.live import LiveReads  # noqa: E402
 from store.query import run_query  # noqa: E402
@@ -98,6 +103,41 @@ def result_for(pid: str, parent_score: float, generation: int, rng) -> EvalResul
                       descriptors=(0.9 + float(rng.normal(0, 0.02)), 0.3), duration_s=0.5)
 
 
+SPENT = {"insert": 0.0, "commit": 0.0, "duckdb_thread_cpu": 0.0}  # seconds the writes spent in DuckDB's
+# inserts and COMMITs, and the CPU this thread spent in both (DuckDB's own threads not counted)
+
+
+def _timed_insert(insert):
+    def timed(*args, **kwargs):
+        start, cpu = time.perf_counter(), time.thread_time()
+        insert(*args, **kwargs)
+        SPENT["insert"] += time.perf_counter() - start
+        SPENT["duckdb_thread_cpu"] += time.thread_time() - cpu
+    return timed
+
+
+writer_module.insert_arrow = _timed_insert(writer_module.insert_arrow)
+archive_module.insert_arrow = _timed_insert(archive_module.insert_arrow)
+
+
+class TimedArchive(DuckDBArchive):
+    """The archive, its COMMITs timed (`DuckDBArchive._transaction` with a clock around COMMIT)."""
+
+    def _transaction(self, work) -> None:
+        self.con.execute("BEGIN")
+        try:
+            after = work()
+            start, cpu = time.perf_counter(), time.thread_time()
+            self.con.execute("COMMIT")
+            SPENT["commit"] += time.perf_counter() - start
+            SPENT["duckdb_thread_cpu"] += time.thread_time() - cpu
+        except BaseException:
+            self.con.execute("ROLLBACK")
+            raise
+        if after:
+            after()
+
+
 class Fill:
     """The simulated search that makes the programs, and the timed writes."""
 
@@ -107,6 +147,8 @@ class Fill:
         self.depth: dict[str, int] = {}
         self.deep: str | None = None  # the first program 1,000 parents from the seed
         self.write_s = self.write_cpu = self.rows = self.programs = 0
+        self.insert_s = self.commit_s = 0.0  # of write_s: in DuckDB's inserts, in its COMMITs
+        self.build_cpu = 0.0  # CPU of this thread in the writes outside DuckDB's inserts and COMMITs
         self.snapshot_s, self.snapshots = 0.0, 0
 
     def seed(self) -> None:
@@ -143,10 +185,14 @@ class Fill:
                 self.snapshots += 1
 
     def _write(self, pairs) -> None:
-        start, cpu = time.perf_counter(), time.process_time()
+        spent = dict(SPENT)
+        start, cpu, thread = time.perf_counter(), time.process_time(), time.thread_time()
         self.archive.write(RUN, pairs=pairs)
         self.write_s += time.perf_counter() - start
         self.write_cpu += time.process_time() - cpu
+        self.build_cpu += time.thread_time() - thread - (SPENT["duckdb_thread_cpu"] - spent["duckdb_thread_cpu"])
+        self.insert_s += SPENT["insert"] - spent["insert"]
+        self.commit_s += SPENT["commit"] - spent["commit"]
         self.programs += len(pairs)
         self.rows += 2 * len(pairs) + sum(len(c.parent_ids) for c, _ in pairs)
 
@@ -196,7 +242,7 @@ def resume(path: Path, config, full_replay: bool) -> tuple[DuckDBArchive, object
     """Reopen the archive and time what a resume reads, then build a real Search on it."""
     from controller.loop import Search
 
-    archive = DuckDBArchive(path)
+    archive = TimedArchive(path)
     if full_replay:
         wall, cpu, _ = median_s(lambda: Archipelago(config.islands, 0).replay(
             expand_seeds(archive.search_rows(RUN), config.islands.count)), repeat=1)
@@ -213,7 +259,7 @@ def resume(path: Path, config, full_replay: bool) -> tuple[DuckDBArchive, object
         extra = f"  replayed {out.replayed:,} rows after the snapshot" if label.startswith("islands") else ""
         print(f"    {label:<38}{seconds * 1e3:>9.1f} ms ({cpu * 1e3:.1f} ms CPU){extra}")
     print(f"    {'resume, archive and islands':<38}{total:>9.2f} s")
-    search = Search(config, archive, RUN, path.parent)
+    search = Search(config, archive, RUN, path.parent, secrets=RunSecrets.fixed(0))
     return archive, search
 
 
@@ -231,6 +277,7 @@ def drive(search, n: int, commit_every: int, snapshot_every: int, rng, depth: di
     submitted = []
     search._submit_eval = lambda candidate, split="search": submitted.append((candidate, split))
     search.mutators, search._next_mutator = [_Handle()], 0
+    search.load, search.nodes, search.backlog = {0: 0}, {}, []  # one ready evaluator slot (controller.cluster)
     names = ("parent + request", "dedup + candidate", "islands update", "commit", "islands snapshot")
     wall, cpu = np.zeros(5), np.zeros(5)
 
@@ -291,7 +338,7 @@ def main() -> None:
         run_dir = Path(tmp)
         print(f"archive scale: {args.programs:,} programs in batches of {args.batch:,}, {args.islands} islands, "
               f"{len(seed_code(rng)):,} B of code a program; {load()}")
-        archive = DuckDBArchive(run_dir / "archive.duckdb")
+        archive = TimedArchive(run_dir / "archive.duckdb")
         archive.create_run(RUN, config.model_dump(mode="json"))
         fill = Fill(archive, config, rng)
         fill.seed()
@@ -305,6 +352,12 @@ def main() -> None:
                       f"CPU-second of this process), {fill.rows / fill.write_s:,.0f} rows/s in all "
                       f"({fill.programs / fill.write_s:,.0f} programs/s); islands snapshots "
                       f"{fill.snapshot_s / max(fill.snapshots, 1) * 1e3:.1f} ms each")
+                split = (fill.write_s - fill.insert_s - fill.commit_s, fill.insert_s, fill.commit_s)
+                print("  ingest time per row, in all: " + ", ".join(
+                    f"{label} {seconds / fill.rows * 1e6:.2f} µs" for label, seconds in
+                    zip(("building the columns (Python)", "DuckDB inserts", "DuckDB COMMIT"), split))
+                      + f" = {fill.write_s / fill.rows * 1e6:.2f} µs (the building's own CPU "
+                      f"{fill.build_cpu / fill.rows * 1e6:.2f} µs)")
                 last = (fill.rows, fill.write_s, fill.write_cpu)
                 print("  queries, in process, median of 5:")
                 report_queries(archive, run_dir, fill.deep)

@@ -408,11 +408,12 @@ class Search(EvaluatorPool):
         self.events += self.memory.on_validation(result)
 
     # --- persistence --------------------------------------------------------
-    def commit(self) -> None:
-        """One transaction: programs, lineage, evaluations, held-out and validation scores, events;
-        then the library (what was learned and used since its last flush)."""
+    def commit(self, snapshot=None) -> None:
+        """One transaction: programs, lineage, evaluations, held-out and validation scores, events
+        (and `snapshot`, see `publish`); then the library (what was learned and used since its last flush)."""
         # held-out scores are of programs committed earlier or in this same batch
-        self.archive.write(self.run_id, pairs=self.results, evaluations=self.heldout, events=self.events)
+        self.archive.write(self.run_id, pairs=self.results, evaluations=self.heldout, events=self.events,
+                           snapshot=snapshot)
         self.helm.on_commit(self)  # to the control plane's watchers, once committed
         self.done += sum(1 for _, r in self.results if r.split == "search")
         self.results, self.heldout, self.events = [], [], []
@@ -420,9 +421,8 @@ class Search(EvaluatorPool):
         self.memory.flush(self.done, self.best_score)
 
     def publish(self) -> None:
-        """Commit, then snapshot the islands, so a resume replays only what follows."""
-        self.commit()
-        self.archive.save_snapshot(self.run_id, islands_snapshot(self.islands, self.archive.last_seq()))
+        """Commit with a snapshot of the islands in the same transaction, so a resume replays only what follows."""
+        self.commit(snapshot=lambda last_seq: islands_snapshot(self.islands, last_seq))
 
 
 def stored_seed_error(archive, run_id: str) -> str:

@@ -11,8 +11,11 @@ driver can answer live read-only queries from a cursor of its own (`store/live.p
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
@@ -21,7 +24,7 @@ import pyarrow as pa
 
 from store.hash_index import HashSet
 from store.records import Candidate, EvalResult
-from store.writer import Writer, insert_arrow, to_json
+from store.writer import TableColumns, Writer, insert_arrow, to_json
 
 SCHEMA_DIR = Path(__file__).with_name("schema")
 # The write-ahead log is folded into the file every 256 MB rather than DuckDB's default 16 MB:
@@ -34,6 +37,24 @@ CONFIG = {"enable_external_access": False, "autoinstall_known_extensions": False
           "arrow_lossless_conversion": True}
 _SEARCH_ROW = ("program_id", "island", "generation", "code", "mutator", "status", "score",
                "instance_scores", "descriptors", "seq")
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """No cyclic garbage collection while a batch is built and inserted.
+
+    A batch makes and drops thousands of small containers (its rows' tuples, lists and
+    dicts, all freed by reference counting); each allocation burst otherwise sets off
+    collections that walk the driver's long-lived objects: a sixth of the write time in
+    benchmarks/archive_scale.py. Collection resumes after the batch.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def migrations() -> list[tuple[int, str, str]]:
@@ -65,6 +86,7 @@ class DuckDBArchive:
         self._writer: Writer | None = None
         if not read_only:
             self.migrate()
+        self._columns = TableColumns(self.con)
 
     def __enter__(self) -> "DuckDBArchive":
         return self
@@ -152,12 +174,13 @@ class DuckDBArchive:
     # --- writes (one transaction per batch) -----------------------------------------
     def write(self, run_id: str, pairs: list[tuple[Candidate, EvalResult]] = (),
               evaluations: list[EvalResult] = (), events: list[tuple[str, dict]] = (),
-              snapshot: bytes | None = None) -> None:
+              snapshot: bytes | Callable[[int], bytes] | None = None) -> None:
         """New programs with their evaluations, evaluations of stored programs (of run `run_id`),
-        events and the run's islands snapshot, all in one transaction."""
+        events and the run's islands snapshot, all in one transaction. `snapshot` may be a
+        function of the commit number of the latest program, this batch's included."""
         if not (pairs or evaluations or events or snapshot is not None):
             return
-        writer = self._writer or Writer(self.con)
+        writer = self._writer or Writer(self.con, self._columns)
         self._writer = writer
 
         def work():
@@ -165,9 +188,11 @@ class DuckDBArchive:
             if events:
                 self._insert_events(run_id, events)
             if snapshot is not None:
-                self._save_snapshot(run_id, snapshot)
+                last = writer.next_seq - 1 + (writer.pending if after else 0)  # next_seq moves once committed
+                self._save_snapshot(run_id, snapshot(last) if callable(snapshot) else snapshot)
             return after
-        self._transaction(work)
+        with _gc_paused():
+            self._transaction(work)
 
     def record(self, pairs: list[tuple[Candidate, EvalResult]]) -> None:
         """Programs (new ones), their lineage edges and evaluations, in one transaction."""
@@ -215,7 +240,7 @@ class DuckDBArchive:
             after()
 
     def _insert(self, table_name: str, table: pa.Table) -> None:
-        insert_arrow(self.con, table_name, table)
+        insert_arrow(self.con, table_name, table, self._columns)
 
     # --- reads ------------------------------------------------------------------
     def count_evaluations(self, run_id: str, split: str = "search") -> int:

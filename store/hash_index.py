@@ -23,6 +23,13 @@ def id_hash(program_id: str) -> int:
     return int.from_bytes(hashlib.md5(program_id.encode()).digest()[:8], "big")
 
 
+def id_hashes(program_ids: Sequence[str]) -> list[int]:
+    """`id_hash` of each id: the digests joined and read as one big-endian array."""
+    md5 = hashlib.md5
+    digests = b"".join([md5(p.encode()).digest()[:8] for p in program_ids])
+    return np.frombuffer(digests, dtype=">u8").tolist()
+
+
 class HashIndex:
     """64-bit key -> a tuple of numbers (the same arity for every key)."""
 

@@ -139,6 +139,15 @@ def test_snapshot_blob(archive):
     assert archive.load_snapshot("r1") == b"two" and archive.load_snapshot("r2") is None
 
 
+def test_a_snapshot_made_inside_the_commit_sees_the_batchs_last_program(archive):
+    archive.record([(cand("a", mutator="seed", gen=0), ok("a", -1.0))])
+    archive.write("r1", pairs=[(cand("b", ["a"]), ok("b", -0.5)), (cand("c", ["b"]), ok("c", -0.7))],
+                  snapshot=lambda seq: f"islands up to {seq}".encode())
+    assert archive.load_snapshot("r1") == b"islands up to 3"
+    archive.write("r1", events=[("note", {"n": 1})], snapshot=lambda seq: f"islands up to {seq}".encode())
+    assert archive.load_snapshot("r1") == b"islands up to 3" and archive.last_seq() == 3
+
+
 def test_recording_a_stored_program_again_keeps_it_once(archive):
     archive.record([(cand("a", mutator="seed", gen=0), ok("a", -1.0))])
     archive.record([(cand("b", ["a", "a"]), ok("b", -0.9))])
