@@ -76,7 +76,7 @@ class Search(EvaluatorPool):
     def _start_actors(self) -> None:
         c = self.config
         self._start_evaluators(evaluator_count(c))  # controller.cluster: slots, readiness, nodes
-        self.mutators = [self._new_mutator() for _ in range(c.mutator.workers)]
+        self.mutators: list = []  # started at first use (`_send_mutation`)
         self._next_mutator = 0
         self.proposals.start()
 
@@ -143,6 +143,8 @@ class Search(EvaluatorPool):
         return True
 
     def _send_mutation(self, request: MutationRequest) -> None:
+        if len(self.mutators) < self.config.mutator.workers:  # started at first use: a run whose islands
+            self.mutators.append(self._new_mutator())  # never ask the embedded mutator starts none
         i = self._next_mutator % len(self.mutators)
         self._next_mutator += 1
         self.pending[self.mutators[i].propose.remote(request)] = ("mutate", request, i)
@@ -409,15 +411,16 @@ class Search(EvaluatorPool):
 
     # --- persistence --------------------------------------------------------
     def commit(self, snapshot=None) -> None:
-        """One transaction: programs, lineage, evaluations, held-out and validation scores, events
-        (and `snapshot`, see `publish`); then the library (what was learned and used since its last flush)."""
+        """One transaction: programs, lineage, evaluations, held-out and validation scores, events,
+        the finished LLM calls (and `snapshot`, see `publish`); then the library (what was learned
+        and used since its last flush)."""
         # held-out scores are of programs committed earlier or in this same batch
         self.archive.write(self.run_id, pairs=self.results, evaluations=self.heldout, events=self.events,
-                           snapshot=snapshot)
+                           snapshot=snapshot, also=self.proposals.calls_to_write())
+        self.proposals.written()
         self.helm.on_commit(self)  # to the control plane's watchers, once committed
         self.done += sum(1 for _, r in self.results if r.split == "search")
         self.results, self.heldout, self.events = [], [], []
-        self.proposals.commit()  # the LLM calls of those programs, after the programs they name
         self.memory.flush(self.done, self.best_score)
 
     def publish(self) -> None:

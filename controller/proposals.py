@@ -235,8 +235,23 @@ class Proposals:
             if parent_score is None or (result.score is not None and result.score > parent_score):
                 self.bandit.arm(candidate.mutator.removeprefix(PREFIX)).improvements += 1
 
+    def calls_to_write(self):
+        """A function that writes the finished calls and their new prompt parts inside the caller's
+        transaction (None when there are none); call `written` once that transaction committed."""
+        if not self.rows:
+            return None
+        rows, parts = list(self.rows), dict(self.parts)
+        self._writing = len(rows)
+        return lambda: llm_calls.insert_calls(self.archive, rows, parts)
+
+    def written(self) -> None:
+        """The calls handed out by `calls_to_write` are committed: forget them."""
+        if getattr(self, "_writing", 0):
+            del self.rows[:self._writing]
+            self.parts, self._writing = {}, 0
+
     def commit(self) -> None:
-        """Store the finished calls and their new prompt parts (one transaction)."""
+        """Store the finished calls and their new prompt parts (one transaction of their own)."""
         if self.rows:
             llm_calls.record_calls(self.archive, self.rows, self.parts)
             self.rows, self.parts = [], {}

@@ -174,11 +174,13 @@ class DuckDBArchive:
     # --- writes (one transaction per batch) -----------------------------------------
     def write(self, run_id: str, pairs: list[tuple[Candidate, EvalResult]] = (),
               evaluations: list[EvalResult] = (), events: list[tuple[str, dict]] = (),
-              snapshot: bytes | Callable[[int], bytes] | None = None) -> None:
+              snapshot: bytes | Callable[[int], bytes] | None = None,
+              also: Callable[[], None] | None = None) -> None:
         """New programs with their evaluations, evaluations of stored programs (of run `run_id`),
         events and the run's islands snapshot, all in one transaction. `snapshot` may be a
-        function of the commit number of the latest program, this batch's included."""
-        if not (pairs or evaluations or events or snapshot is not None):
+        function of the commit number of the latest program, this batch's included. `also`
+        writes more rows in the same transaction, after the programs (e.g. their LLM calls)."""
+        if not (pairs or evaluations or events or snapshot is not None or also is not None):
             return
         writer = self._writer or Writer(self.con, self._columns)
         self._writer = writer
@@ -187,6 +189,8 @@ class DuckDBArchive:
             after = writer.write(list(pairs), [(r, run_id) for r in evaluations]) if pairs or evaluations else None
             if events:
                 self._insert_events(run_id, events)
+            if also is not None:
+                also()
             if snapshot is not None:
                 last = writer.next_seq - 1 + (writer.pending if after else 0)  # next_seq moves once committed
                 self._save_snapshot(run_id, snapshot(last) if callable(snapshot) else snapshot)

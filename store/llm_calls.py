@@ -20,19 +20,20 @@ _TYPES = {"tokens_in": pa.int32(), "tokens_out": pa.int32(), "island": pa.int32(
 
 def record_calls(archive, rows: list[dict], parts: dict[str, str]) -> None:
     """Call rows (dicts keyed by CALL_COLUMNS) and the prompt parts not stored yet, in one transaction."""
-    if not rows:
-        return
+    if rows:
+        archive._transaction(lambda: insert_calls(archive, rows, parts))
 
-    def write():
-        if parts:
-            known = {r[0] for r in archive.con.execute(
-                "SELECT part_id FROM llm_prompt_parts WHERE part_id IN (SELECT unnest(?))", [list(parts)]).fetchall()}
-            fresh = {k: v for k, v in parts.items() if k not in known}
-            if fresh:
-                archive._insert("llm_prompt_parts", pa.table({"part_id": list(fresh), "text": list(fresh.values())}))
-        columns = {c: pa.array([r.get(c) for r in rows], _TYPES.get(c, pa.string())) for c in CALL_COLUMNS}
-        archive._insert("llm_calls", pa.table(columns))
-    archive._transaction(write)
+
+def insert_calls(archive, rows: list[dict], parts: dict[str, str]) -> None:
+    """What `record_calls` writes, inside the caller's transaction (e.g. the driver's commit)."""
+    if parts:
+        known = {r[0] for r in archive.con.execute(
+            "SELECT part_id FROM llm_prompt_parts WHERE part_id IN (SELECT unnest(?))", [list(parts)]).fetchall()}
+        fresh = {k: v for k, v in parts.items() if k not in known}
+        if fresh:
+            archive._insert("llm_prompt_parts", pa.table({"part_id": list(fresh), "text": list(fresh.values())}))
+    columns = {c: pa.array([r.get(c) for r in rows], _TYPES.get(c, pa.string())) for c in CALL_COLUMNS}
+    archive._insert("llm_calls", pa.table(columns))
 
 
 def usage(archive, run_id: str) -> dict[str, dict]:
