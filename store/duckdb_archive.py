@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -113,6 +114,9 @@ class DuckDBArchive:
         for version, name, sql in migrations():
             if version in done:
                 continue
+            if done:  # an existing archive: say so, a rebuild of a large one takes a while (once)
+                print(f"atoll: upgrading {self.path} to schema version {version} ({name}), once; "
+                      "a large archive takes a while, and an interruption leaves it as it was", file=sys.stderr)
             self.con.execute("BEGIN")
             try:
                 self.con.execute(sql)
