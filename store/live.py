@@ -205,9 +205,13 @@ def ask_arrow(run_dir: str | Path, sql: str) -> tuple[list[str], pa.Table | None
                 sock.connect(address)
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             raise NotServed(str(exc)) from None
-        _send(sock, {"sql": sql})
         with sock.makefile("rb") as stream:
-            header = _receive(stream)
+            try:
+                _send(sock, {"sql": sql})
+                header = _receive(stream)
+            except (ConnectionError, OSError) as exc:  # it ended (or was killed) while we asked
+                raise QueryError(f"the process holding the archive did not answer ({exc}): it may have stopped; "
+                                 "ask again") from None
             if not header["ok"]:
                 raise QueryError(header["error"])
             note = f"{LIVE_NOTE} (pid {header['pid']})"
