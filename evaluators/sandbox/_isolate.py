@@ -19,6 +19,7 @@ import errno
 import mmap
 import os
 import resource
+import time
 
 CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC = 0x20000, 0x2000000, 0x4000000, 0x8000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
@@ -153,10 +154,15 @@ def fork_isolated() -> tuple[int, str]:
     the child's interpreter is whole without Python's after-fork hooks. Where the kernel refuses
     the namespaces, a plain fork, and the third item says why.
     """
-    pid = _libc.syscall(SYS_CLONE, ctypes.c_ulong(NAMESPACES | SIGCHLD), None, None, None, None)
-    if pid >= 0:
-        return pid, ""
-    err = ctypes.get_errno()
+    for attempt in range(4):  # a refusal for a passing reason (EAGAIN, ENOSPC: the last namespaces
+        if attempt:  # are still being torn down) is tried again before a fork without namespaces
+            time.sleep(0.01 * attempt)
+        pid = _libc.syscall(SYS_CLONE, ctypes.c_ulong(NAMESPACES | SIGCHLD), None, None, None, None)
+        if pid >= 0:
+            return pid, ""
+        err = ctypes.get_errno()
+        if err not in (errno.EAGAIN, errno.ENOSPC):
+            break
     return os.fork(), f"{os.strerror(err)} (errno {err})"
 
 
