@@ -46,6 +46,7 @@ class Proposals:
         self.in_flight: dict[str, int] = defaultdict(int)
         self.reserved: dict[str, tuple] = {}
         self.rows: list[dict] = []
+        self._writing = 0  # how many of `rows` the commit in progress writes (`calls_to_write`)
         self.parts: dict[str, str] = {}
         self.feedback: dict = {}
         self.events: list = []
@@ -246,15 +247,9 @@ class Proposals:
 
     def written(self) -> None:
         """The calls handed out by `calls_to_write` are committed: forget them."""
-        if getattr(self, "_writing", 0):
+        if self._writing:
             del self.rows[:self._writing]
             self.parts, self._writing = {}, 0
-
-    def commit(self) -> None:
-        """Store the finished calls and their new prompt parts (one transaction of their own)."""
-        if self.rows:
-            llm_calls.record_calls(self.archive, self.rows, self.parts)
-            self.rows, self.parts = [], {}
 
     def final_status(self, status: str, evals_left: int) -> str:
         """'llm-budget' when the run ended early because the LLM budget refused every island's source."""
