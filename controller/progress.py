@@ -35,6 +35,7 @@ class Progress:
         return {"evals": s.done + len(s.results), "rate": finished / max(elapsed, 1e-9),
                 "failure_rate": s.failures / max(finished, 1), "best": s.best_score,
                 "raced": getattr(s, "raced", 0),
+                "duplicates": sum(s.dedup.saved.values()) if hasattr(s, "dedup") else 0,
                 "bests": bests, "elapsed": elapsed,
                 "left_s": max(0.0, self.max_wall_s - elapsed), "in_flight": s.in_flight()}
 
@@ -50,7 +51,7 @@ class Progress:
             self._last_line = time.monotonic()
             best = "-" if f["best"] is None else f"{f['best']:.4f}"
             print(f"[atoll] {f['evals']}/{self.max_evals} evals  {f['rate']:.2f}/s  best {best}  "
-                  f"failures {f['failure_rate']:.0%}  raced {f['raced']}  elapsed {f['elapsed']:.0f}s  left {f['left_s']:.0f}s",
+                  f"failures {f['failure_rate']:.0%}  raced {f['raced']}  duplicates {f['duplicates']}  elapsed {f['elapsed']:.0f}s  left {f['left_s']:.0f}s",
                   file=sys.stderr, flush=True)
 
     def _table(self, f: dict) -> Table:
@@ -58,7 +59,8 @@ class Progress:
         table.add_row("evaluations/s", f"{f['rate']:.2f}")
         table.add_row("failure rate", f"{f['failure_rate']:.0%}")
         table.add_row("raced (stopped early)", str(f["raced"]))
-        table.add_row("in flight", str(f["in_flight"]))
+        table.add_row("duplicates dropped", str(f["duplicates"]))  # climbing while evaluations stall:
+        table.add_row("in flight", str(f["in_flight"]))                 # the mutators' space is spent
         table.add_row("elapsed / left", f"{f['elapsed']:.0f} s / {f['left_s']:.0f} s")
         for i, b in enumerate(f["bests"]):
             table.add_row(f"island {i} best", "-" if b is None else f"{b:.4f}")

@@ -12,10 +12,12 @@ from tests.controller.test_run import TINY
 # inventory motif that smooths orders toward mean demand beats it by about 14% on the search
 # split and on the validation split (fresh demand on the same instance), tuned with 24 trials;
 # one child in five is such a win, so the first run learns it (calibrated on replay seed 5).
+# perturb_const keeps children new: with the motif and skill operators alone the embedded mutator
+# soon proposes only duplicates, and a run spent minutes dropping them before its last evaluation.
 LEARNABLE = TINY + ["--set", 'domain.options.search_instances=[{lead_time = 12, penalty = 1, demand = "poisson"}]',
                     "--set", "domain.options.tune_trials=24", "--set", "domain.options.tune_batch=8",
                     "--set", "memory.validate_every=1", "--set", "islands.count=1", "--set", "run.replay_seed=5",
-                    "--set", 'mutator.embedded.operators=["insert_motif", "skill"]']
+                    "--set", 'mutator.embedded.operators=["insert_motif", "skill", "perturb_const"]']
 
 
 def _rows(cli, sql):
