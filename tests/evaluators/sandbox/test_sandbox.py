@@ -111,7 +111,22 @@ def test_a_process_that_leaves_its_group_dies_with_the_candidate():
         proc(BATCH)
         fork_server = proc._server.proc.pid
         assert len(set(descendants(fork_server)) - spares()) >= 2  # the candidate (pid 1 of its namespace) and the orphan
-    assert settles(lambda: set(descendants(fork_server)) - spares() == set())
+    assert settles(lambda: set(descendants(fork_server)) - spares() == set()), (
+        f"left running: {described(set(descendants(fork_server)) - spares())}; protections missing: {proc.missing}")
+
+
+def described(pids) -> list[str]:
+    """What a failed check needs to say about processes left behind: their state, parent and namespaces."""
+    found = []
+    for pid in sorted(pids):
+        try:
+            status = dict(line.split(":\t", 1) for line in open(f"/proc/{pid}/status").read().splitlines() if ":\t" in line)
+            ns = {name: os.readlink(f"/proc/{pid}/ns/{name}") for name in ("pid", "net", "mnt")}
+        except OSError as exc:
+            found.append(f"{pid}: {exc}")
+            continue
+        found.append(f"{pid}: state {status.get('State')}, ppid {status.get('PPid')}, nspid {status.get('NSpid')}, {ns}")
+    return found
 
 
 def test_environment_and_project_files_are_invisible(monkeypatch):
