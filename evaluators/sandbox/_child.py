@@ -256,6 +256,8 @@ def zygote(sock_fd):
         request = json.loads(data)
         if request["op"] == "spawn":
             spec = dict(request["spec"], rfd=fds[0], wfd=fds[1], afd=fds[3] if len(fds) > 3 else None)
+            if spec["afd"] is not None:
+                iso.area_type(os.fstat(spec["afd"]).st_size)  # made here once, found made by every child
             reply = {"pid": _spawn(sock, spec, fds, world)}
             children[reply["pid"]] = request["spec"]["limits"]["cpu_s"]
         elif request["op"] == "wait":

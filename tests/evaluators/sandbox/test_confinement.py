@@ -94,7 +94,9 @@ def policy(s, p):
     facts = {
         "pid": os.getpid(), "processes": sorted(d for d in os.listdir("/proc") if d.isdigit()),
         "interfaces": sorted(n for _, n in socket.if_nameindex()), "hostname": socket.gethostname(),
-        "capabilities": status["CapEff"].strip(), "no_new_privs": status["NoNewPrivs"].strip(),
+        "capabilities": status["CapEff"].strip(),
+        "every capability set": {status[k].strip() for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")},
+        "no_new_privs": status["NoNewPrivs"].strip(),
         "seccomp": status["Seccomp"].strip(),
         "unshare": errno_of(libc.unshare(0x10000000)), "mount": errno_of(libc.mount(b"none", b"/tmp", b"tmpfs", 0, None)),
         "ptrace": errno_of(libc.ptrace(0, 0, None, None)), "personality": errno_of(libc.personality(0x0040000)),
@@ -107,6 +109,7 @@ def policy(s, p):
     assert facts["pid"] == 1 and facts["processes"] == ["1"]
     assert facts["interfaces"] == ["lo"] and facts["hostname"] == "sandbox"
     assert facts["capabilities"] == "0000000000000000" and facts["no_new_privs"] == "1" and facts["seccomp"] == "2"
+    assert facts["every capability set"] == {"0000000000000000"}  # the bounding and ambient sets too
     assert {k: facts[k] for k in ("unshare", "mount", "ptrace", "personality", "keyctl", "bpf")} == \
         dict.fromkeys(("unshare", "mount", "ptrace", "personality", "keyctl", "bpf"), "EPERM")
     assert facts["user namespaces"] == "0"
