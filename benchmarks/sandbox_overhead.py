@@ -41,6 +41,12 @@ def cpu_s() -> float:
     return total
 
 
+def machine_busy_s() -> float:
+    """CPU seconds every core of the machine spent busy (not idle, not waiting on I/O), kernel threads included."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def lifetimes_ms(n: int, spare: bool) -> list[float]:
     times = []
     for _ in range(n):
@@ -63,11 +69,15 @@ def main() -> None:
     first = lifetimes_ms(1, spare=False)[0]
     print(f"protections in force: {', '.join(PROTECTIONS)}")
     print(f"first candidate (starts the fork server): {first:.1f} ms")
-    before = cpu_s()
+    before, busy = cpu_s(), machine_busy_s()
     rest = lifetimes_ms(args.candidates, spare=False)
     cpu = (cpu_s() - before) / args.candidates * 1e3
+    time.sleep(1.0)  # the kernel's deferred teardown of the last namespaces
+    busy = (machine_busy_s() - busy) / args.candidates * 1e3
     print(f"no-op candidate, fork + isolate + load + 1 batch + teardown: median {statistics.median(rest):.1f} ms "
-          f"(p90 {np.percentile(rest, 90):.1f} ms, {len(rest)} candidates); CPU {cpu:.1f} ms per candidate")
+          f"(p90 {np.percentile(rest, 90):.1f} ms, {len(rest)} candidates); CPU {cpu:.1f} ms per candidate "
+          f"in these processes, {busy:.1f} ms of the whole machine's (kernel threads and anything else running "
+          f"included; load average {os.getloadavg()[0]:.2f})")
     ready = lifetimes_ms(args.candidates, spare=True)
     print(f"the same with the next process made ready in advance: median {statistics.median(ready):.1f} ms "
           f"(p90 {np.percentile(ready, 90):.1f} ms)")

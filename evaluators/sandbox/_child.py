@@ -153,6 +153,9 @@ def confine(spec, world, missing):
         missing["seccomp"] = world["seccomp_why"]
     else:
         _try(held, missing, "seccomp", lambda: iso.load_seccomp(world["seccomp"]))
+    if "seccomp" in missing and "no-network" in held and not world["flags"] & iso.CLONE_NEWNET:
+        held.remove("no-network")  # another candidate of this server could be reached over a socket
+        missing["no-network"] = "the fork server's network namespace is shared, and seccomp did not load"
     serve(Channel(spec["rfd"], spec["wfd"]), held, missing, spec["require"], area)
 
 
@@ -212,6 +215,13 @@ def prepare(setup):
         world["root"] = True
     except OSError as exc:
         world["missing"]["private-filesystem"] = f"the candidates' root could not be built: {_why(exc)}"
+    world["flags"] = iso.NAMESPACES
+    if world["seccomp"] is not None:  # sockets refused: one empty network for all candidates
+        try:
+            iso.own_network_namespace()
+            world["flags"] &= ~iso.CLONE_NEWNET
+        except OSError:
+            pass  # each candidate makes its own, as before
     if setup["uid"] is not None:
         try:
             iso.become(setup["uid"])
@@ -274,7 +284,7 @@ def zygote(sock_fd):
 
 
 def _spawn(sock, spec, fds, world):
-    pid, why = iso.fork_isolated()
+    pid, why = iso.fork_isolated(world["flags"])
     if pid == 0:  # the candidate's process: nothing of the zygote survives but its imports
         try:
             sock.close()

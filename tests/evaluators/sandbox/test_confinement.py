@@ -93,7 +93,9 @@ def policy(s, p):
     status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines())
     facts = {
         "pid": os.getpid(), "processes": sorted(d for d in os.listdir("/proc") if d.isdigit()),
-        "interfaces": sorted(n for _, n in socket.if_nameindex()), "hostname": socket.gethostname(),
+        "interfaces": sorted(line.split(":")[0].strip() for line in open("/proc/net/dev").readlines()[2:]),
+        "hostname": socket.gethostname(), "socket": errno_of(libc.socket(1, 1, 0)),
+        "inet socket": errno_of(libc.socket(2, 2, 0)), "socketpair": errno_of(libc.socketpair(1, 1, 0, (ctypes.c_int * 2)())),
         "capabilities": status["CapEff"].strip(),
         "every capability set": {status[k].strip() for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")},
         "no_new_privs": status["NoNewPrivs"].strip(),
@@ -108,6 +110,7 @@ def policy(s, p):
     facts = eval(found(code))  # noqa: S307
     assert facts["pid"] == 1 and facts["processes"] == ["1"]
     assert facts["interfaces"] == ["lo"] and facts["hostname"] == "sandbox"
+    assert (facts["socket"], facts["inet socket"], facts["socketpair"]) == ("EPERM", "EPERM", "allowed")
     assert facts["capabilities"] == "0000000000000000" and facts["no_new_privs"] == "1" and facts["seccomp"] == "2"
     assert facts["every capability set"] == {"0000000000000000"}  # the bounding and ambient sets too
     assert {k: facts[k] for k in ("unshare", "mount", "ptrace", "personality", "keyctl", "bpf")} == \
