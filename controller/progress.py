@@ -9,6 +9,11 @@ from rich.live import Live
 from rich.table import Table
 
 
+# Proposals dropped as duplicates in a row, with no evaluation finishing between them, before
+# the run says that its mutators may have run out of new programs (once per such stretch).
+STALL = 1000
+
+
 class Progress:
     """Shows evaluations/s, best score per island, failure rate, elapsed and budget left."""
 
@@ -18,6 +23,7 @@ class Progress:
         self.live = Live(console=self.console, refresh_per_second=2) if self.console.is_terminal else None
         self._first = search.done
         self._last_line = 0.0
+        self._since = (None, 0, False)  # (evaluations, duplicates then, said): for `_stalled`
 
     def __enter__(self):
         if self.live:
@@ -45,6 +51,7 @@ class Progress:
             return
         self._last_update = now
         f = self.figures(elapsed)
+        self._stalled(f)
         if self.live:
             self.live.update(self._table(f))
         elif time.monotonic() - self._last_line >= 10:
@@ -53,6 +60,20 @@ class Progress:
             print(f"[atoll] {f['evals']}/{self.max_evals} evals  {f['rate']:.2f}/s  best {best}  "
                   f"failures {f['failure_rate']:.0%}  raced {f['raced']}  duplicates {f['duplicates']}  elapsed {f['elapsed']:.0f}s  left {f['left_s']:.0f}s",
                   file=sys.stderr, flush=True)
+
+    def _stalled(self, f: dict) -> None:
+        """Say once, on stderr, when STALL proposals in a row were duplicates and nothing finished meanwhile."""
+        evals, duplicates, said = self._since
+        if f["evals"] != evals:
+            self._since = (f["evals"], f["duplicates"], False)
+        elif not said and f["duplicates"] - duplicates >= STALL:
+            self._since = (evals, duplicates, True)
+            self.console.print(
+                f"atoll: the last {f['duplicates'] - duplicates} proposals were all programs already tried, and no "
+                "evaluation finished meanwhile: the mutators may have run out of new programs. `atoll stop` ends the "
+                "run with everything kept; more embedded operators (mutator.embedded.operators) or an LLM widen a "
+                "next run's search.",
+                highlight=False, soft_wrap=True)
 
     def _table(self, f: dict) -> Table:
         table = Table(title=f"atoll: {f['evals']}/{self.max_evals} evaluations", show_header=False)

@@ -128,3 +128,15 @@ def test_wall_time_budget_ends_the_run_cleanly(atoll_cli, tmp_path):
     count, distinct = _counts(run_dir)
     assert 1 <= count < 400 and count == distinct
     assert "wall-time" in atoll_cli("status", str(run_dir)).stdout
+
+
+def test_a_search_whose_mutators_ran_out_of_new_programs_says_so(atoll_cli, tmp_path):
+    run_dir = tmp_path / "run"
+    narrow = [x if x != "run.max_wall_s=240" else "run.max_wall_s=20" for x in TINY]  # the note came after 8 s idle
+    out = atoll_cli("run", "configs/inventory.toml", "--run-dir", str(run_dir), "--max-evals", "400", "--no-report",
+                    *narrow, "--set", "islands.count=1", "--set", 'mutator.embedded.operators=["swap_operator"]')
+    assert "search wall-time" in out.stdout and "Traceback" not in out.stderr
+    said = [line for line in out.stderr.splitlines() if "were all programs already tried" in line]
+    assert len(said) == 1 and "`atoll stop` ends the run" in said[0], out.stderr[-3000:]
+    count, distinct = _counts(run_dir)
+    assert count == distinct < 40  # a handful of operator swaps, each tried once
