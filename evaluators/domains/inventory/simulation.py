@@ -1,0 +1,197 @@
+"""The inventory domain's simulation: rows of trajectories stepped in lockstep, one policy round
+trip per period for every instance, and the optuna tuner that simulates a round of trials at once.
+
+Trusted side only: the policy is reached through `PolicyFn` (the sandbox's channel); its
+replies are checked by `check_orders` before they touch the state.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from evaluators._base import CandidateError, PolicyFn
+from evaluators.params import ParamSpec
+from evaluators.tuning import EliteSampler, distributions, new_study, sobol_sampler
+from store.records import Status
+
+if TYPE_CHECKING:
+    from evaluators.domains.inventory.domain import InstanceSpec, InventoryConfig
+
+
+@dataclass
+class RowStats:
+    """Per-row results of one simulation (rows = trials x trajectories)."""
+
+    cost: np.ndarray  # mean cost per measured period
+    fill: np.ndarray  # share of demand met
+    order_mean: np.ndarray
+    order_std: np.ndarray
+
+    def rows(self, index) -> RowStats:
+        return RowStats(self.cost[index], self.fill[index], self.order_mean[index], self.order_std[index])
+
+
+@dataclass
+class Block:
+    """One instance's rows in a lockstep simulation."""
+
+    spec: InstanceSpec
+    demand: np.ndarray  # (rows, warmup + periods), the trajectories tiled over trials
+    params: dict[str, np.ndarray]  # name -> (rows,)
+
+
+def demand_matrix(spec: InstanceSpec, mean: float, rng: np.random.Generator, trajectories: int,
+                  periods: int) -> np.ndarray:
+    """The demand of every trajectory of `spec` drawn from `rng` (a stream of the run's secret)."""
+    if spec.demand == "poisson":
+        return rng.poisson(mean, size=(trajectories, periods))
+    return rng.geometric(1.0 / (1.0 + mean), size=(trajectories, periods)) - 1
+
+
+def check_orders(reply, rows: int, at: tuple, max_order: int) -> np.ndarray:
+    """The policy's reply as integer orders, or a CandidateError saying what is wrong.
+
+    `at` is (instance spec, period), named in the reason.
+    """
+    try:
+        orders = reply if isinstance(reply, np.ndarray) else np.asarray(reply, dtype=float)
+    except (ValueError, TypeError):
+        _reject(at, "the policy's reply is not an array of numbers")
+    if orders.dtype.kind not in "biuf":
+        _reject(at, f"orders must be numbers, got dtype {orders.dtype}")
+    if orders.shape in ((), (1,)):
+        orders = np.full(rows, orders.reshape(()), dtype=float)
+    elif orders.shape != (rows,):
+        _reject(at, f"orders have shape {orders.shape}; expected ({rows},), one per row of state['on_hand'], "
+                    "or a scalar")
+    low, high = orders.min(), orders.max()
+    if not (low >= 0 and high < np.inf):  # NaN fails both comparisons
+        bad = ~np.isfinite(orders.astype(float))
+        _reject(at, f"{int(bad.sum())} of {rows} orders are not finite (e.g. {orders[bad][0]})" if bad.any()
+                else f"orders must be >= 0, got {low:g}")
+    return np.minimum(np.rint(orders), max_order).astype(np.int64)
+
+
+def _reject(at: tuple, reason: str):
+    raise CandidateError(Status.INVALID, f"instance {at[0].key}, period {at[1]}: {reason}")
+
+
+class _Rows:
+    """The trajectories of one block, period by period, with the records needed for stats.
+
+    `orders[t]` holds the order that arrives in period t (placed in t - L), so the
+    pipeline the policy sees in period t is `orders[t:t + L]`, oldest first.
+    """
+
+    def __init__(self, block: Block, horizon: int):
+        m, lead = len(block.demand), block.spec.lead_time
+        self.block, self.lead = block, lead
+        self.demand = np.ascontiguousarray(block.demand.T)  # (horizon, m)
+        self.on_hand = np.zeros(m, np.int64)
+        self.orders = np.zeros((horizon + lead, m), np.int64)
+        self.left = np.zeros((horizon, m), np.int64)  # stock left after demand
+        self.lost = np.zeros((horizon, m), np.int64)
+
+    def pipeline(self, t: int) -> np.ndarray:
+        return np.ascontiguousarray(self.orders[t:t + self.lead].T)
+
+    def step(self, t: int, orders: np.ndarray) -> None:
+        self.orders[t + self.lead] = orders
+        stock = self.on_hand + self.orders[t]
+        demand = self.demand[t]
+        sold = np.minimum(stock, demand)
+        self.lost[t] = demand - sold
+        self.on_hand = self.left[t] = stock - sold
+
+    def stats(self, warmup: int, holding: float) -> RowStats:
+        left, lost, demand = self.left[warmup:], self.lost[warmup:], self.demand[warmup:]
+        placed = self.orders[warmup + self.lead:].astype(float)
+        cost = (holding * left + self.block.spec.penalty * lost).mean(axis=0)
+        total = demand.sum(axis=0)
+        fill = np.where(total > 0, 1.0 - lost.sum(axis=0) / np.maximum(total, 1), 1.0)
+        return RowStats(cost, fill, placed.mean(axis=0), placed.std(axis=0))
+
+
+class Simulator:
+    """Lockstep simulation of several instances' rows, one policy round trip per period."""
+
+    def __init__(self, config: InventoryConfig, mean_of=None):
+        self.config = config
+        self.mean_of = mean_of or (lambda spec: config.mean_demand)
+
+    def run(self, policy: PolicyFn, blocks: list[Block], warmup: int) -> list[RowStats]:
+        cfg = self.config
+        horizon = blocks[0].demand.shape[1]
+        sims = [_Rows(b, horizon) for b in blocks]
+        fixed = [self._constants(b) for b in blocks]
+        for t in range(horizon):
+            batches = [(dict(c, on_hand=s.on_hand, pipeline=s.pipeline(t), period=t), s.block.params)
+                       for s, c in zip(sims, fixed)]
+            replies = policy(batches)
+            for s, reply in zip(sims, replies):
+                s.step(t, check_orders(reply, len(s.on_hand), (s.block.spec, t), cfg.max_order))
+        return [s.stats(warmup, cfg.holding) for s in sims]
+
+    def _constants(self, block: Block) -> dict:
+        spec, cfg = block.spec, self.config
+        return {"lead_time": spec.lead_time, "penalty": spec.penalty, "holding": cfg.holding,
+                "mean_demand": self.mean_of(spec)}
+
+
+def base_stock_policy(batches):
+    """Trusted base-stock, for the normalizer: order up to params['level']."""
+    return [np.maximum(p["level"] - (s["on_hand"] + s["pipeline"].sum(axis=1)), 0) for s, p in batches]
+
+
+@dataclass
+class Tuned:
+    """The best trial on one instance: its parameter values and its rows' results."""
+
+    values: dict[str, float]
+    stats: RowStats
+
+
+class Tuner:
+    """Tunes a program's PARAMS with optuna on every instance at once, in rounds of asks."""
+
+    def __init__(self, config: InventoryConfig, simulator: Simulator):
+        self.config, self.simulator = config, simulator
+
+    def tune(self, policy: PolicyFn, params: dict[str, ParamSpec], specs, demands, seeds) -> list[Tuned]:
+        """Tune on each instance's `demands`; `seeds` are its samplers' seeds (from the run's secret)."""
+        cfg = self.config
+        if not params:
+            blocks = [Block(s, d, {}) for s, d in zip(specs, demands)]
+            return [Tuned({}, st) for st in self.simulator.run(policy, blocks, cfg.warmup)]
+        studies = [new_study(params, sobol_sampler(seed)) for seed in seeds]
+        dists = distributions(params)
+        best: list[Tuned | None] = [None] * len(specs)
+        for start in range(0, cfg.tune_trials, cfg.tune_batch):
+            n = min(cfg.tune_batch, cfg.tune_trials - start)
+            trials = [[study.ask(dists) for _ in range(n)] for study in studies]
+            blocks = [self._block(spec, d, ts, params) for spec, d, ts in zip(specs, demands, trials)]
+            results = self.simulator.run(policy, blocks, cfg.warmup)
+            for i, (study, ts, st) in enumerate(zip(studies, trials, results)):
+                best[i] = self._tell(study, ts, st, best[i], len(demands[i]))
+            if start == 0:  # the first round: the defaults, then a scrambled Sobol design
+                for study, seed in zip(studies, seeds):
+                    study.sampler = EliteSampler(seed=seed)
+        return best
+
+    @staticmethod
+    def _block(spec, demand, trials, params) -> Block:
+        reps = len(demand)
+        values = {n: np.repeat([t.params[n] for t in trials], reps).astype(float) for n in params}
+        return Block(spec, np.tile(demand, (len(trials), 1)), values)
+
+    @staticmethod
+    def _tell(study, trials, stats: RowStats, best: Tuned | None, reps: int) -> Tuned:
+        for k, trial in enumerate(trials):
+            rows = slice(k * reps, (k + 1) * reps)
+            cost = float(stats.cost[rows].mean())
+            study.tell(trial, cost)
+            if best is None or cost < best.stats.cost.mean():
+                best = Tuned(dict(trial.params), stats.rows(rows))
+        return best
