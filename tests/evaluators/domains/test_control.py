@@ -160,7 +160,7 @@ def test_reset_seeds_come_from_the_run_secrets_one_set_per_split():
 
 def test_check_actions_rejects_wrong_dtype():
     domain = get_domain("control", **SHORT)
-    from evaluators.domains.control.domain import check_actions
+    from evaluators.domains.control.simulation import check_actions
     with pytest.raises(CandidateError, match="numbers"):
         check_actions(np.array(["a", "b"]), 2, domain.spec, 3)
     assert check_actions(np.array(2.0), 3, domain.spec, 0).tolist() == [2, 2, 2]
