@@ -18,7 +18,8 @@ from workers.llm.feedback import Feedback
 TEMPLATES = Path(__file__).with_name("templates")
 DEFAULT_INSTRUCTION = "Change the program to raise its score."  # the task's instruction, the first prompt variant
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
-                          trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
+                          trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False,
+                          auto_reload=False)  # the templates ship with the package: no stat of each file per prompt
 
 
 @dataclass(frozen=True)
