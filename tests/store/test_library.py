@@ -3,7 +3,7 @@ newer, and written by several processes at once without losing a row."""
 import subprocess
 import sys
 import textwrap
-import time
+import threading
 from pathlib import Path
 
 import duckdb
@@ -107,16 +107,22 @@ def test_two_processes_writing_at_once_both_succeed_and_lose_nothing(tmp_path):
 def test_a_busy_library_is_waited_for_then_reported(tmp_path):
     path = tmp_path / "library.duckdb"
     Library(path).ensure()
-    holder = subprocess.Popen([sys.executable, "-c", "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); "
-                               "print('held', flush=True); time.sleep(float(sys.argv[2]))", str(path), "2.5"],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen([sys.executable, "-c", "import duckdb, sys; c = duckdb.connect(sys.argv[1]); "
+                               "print('held', flush=True); sys.stdin.readline(); c.close()", str(path)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        assert holder.stdout.readline().strip() == "held"
+        assert holder.stdout.readline().strip() == "held"  # it holds the file until told to let go
         with pytest.raises(LibraryBusy, match="stayed busy"):
             Library(path, busy_timeout_s=0.5).ensure()
-        start = time.monotonic()
-        Library(path, busy_timeout_s=30).transaction(lambda con: records.add_skills(con, [_skill("sk-1", "r", "c")]))
-        assert time.monotonic() - start > 0.5  # it waited for the holder, then wrote
+        wrote = []
+        writer = threading.Thread(target=lambda: wrote.append(Library(path, busy_timeout_s=60).transaction(
+            lambda con: records.add_skills(con, [_skill("sk-1", "r", "c")]))))
+        writer.start()
+        writer.join(1.0)
+        assert writer.is_alive() and not wrote  # waiting while the file is held
+        holder.communicate("go\n", timeout=30)
+        writer.join(60)
+        assert not writer.is_alive() and len(wrote) == 1  # then it wrote
     finally:
         holder.kill()
         holder.wait()
