@@ -11,9 +11,9 @@ network namespace its candidates share (where seccomp can refuse them sockets);
 then (as root) it takes the evaluator's claimed unprivileged uid for good. Each
 candidate's process: a user namespace mapping its own uid (so the same code
 path holds for root and for a user), new mount, IPC, UTS, cgroup and PID
-namespaces (and network, where not shared), a fresh /proc, private /tmp, /run and /dev/shm over the shared
-root's empty ones, resource limits, no capabilities, no new privileges and a
-seccomp filter, in that order.
+namespaces (and network, where not shared), a fresh /proc, private /tmp, /run
+and /dev/shm over the shared root's empty ones, resource limits, no
+capabilities, no new privileges and a seccomp filter, in that order.
 """
 import ctypes
 import errno
@@ -160,8 +160,9 @@ SYS_CLONE, SIGCHLD = 56, 17  # x86_64
 
 
 def fork_isolated(flags: int = NAMESPACES) -> tuple[int, str]:
-    """Fork straight into new user, mount, network, IPC, UTS, cgroup and PID namespaces, so the
-    child is pid 1 of its own from birth: (pid as `os.fork` gives it, 0 in the child; why not).
+    """Fork straight into new namespaces (`flags`; by default user, mount, network, IPC, UTS,
+    cgroup and PID), so the child is pid 1 of its own from birth: (pid as `os.fork` gives it,
+    0 in the child; why not).
 
     One raw clone(2) where unshare(2) would need a second fork to enter the PID namespace: a
     fork and an exit fewer per candidate. The caller is single-threaded (the fork server), so
