@@ -68,6 +68,9 @@ class Progress:
             self._since = (f["evals"], f["duplicates"], False)
         elif not said and f["duplicates"] - duplicates >= STALL:
             self._since = (evals, duplicates, True)
+            if hasattr(self.search, "events"):  # in the archive and to `atoll watch`, with the next commit
+                self.search.events.append(("mutators-stalled", {"duplicates_in_a_row": f["duplicates"] - duplicates,
+                                                                "evaluations": evals}))
             self.console.print(
                 f"atoll: the last {f['duplicates'] - duplicates} proposals were all programs already tried, and no "
                 "evaluation finished meanwhile: the mutators may have run out of new programs. `atoll stop` ends the "

@@ -140,3 +140,6 @@ def test_a_search_whose_mutators_ran_out_of_new_programs_says_so(atoll_cli, tmp_
     assert len(said) == 1 and "`atoll stop` ends the run" in said[0], out.stderr[-3000:]
     count, distinct = _counts(run_dir)
     assert count == distinct < 40  # a handful of operator swaps, each tried once
+    [(kind, in_a_row)] = run_query(run_dir, "SELECT kind, json_extract(data, '$.duplicates_in_a_row')::INT "
+                                            "FROM events WHERE kind = 'mutators-stalled'")[1]
+    assert in_a_row >= 1000  # kept in the archive too, and shown by `atoll watch`
