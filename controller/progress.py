@@ -41,7 +41,7 @@ class Progress:
         return {"evals": s.done + len(s.results), "rate": finished / max(elapsed, 1e-9),
                 "failure_rate": s.failures / max(finished, 1), "best": s.best_score,
                 "raced": getattr(s, "raced", 0),
-                "duplicates": sum(s.dedup.saved.values()) if hasattr(s, "dedup") else 0,
+                "duplicates": sum(s.dedup.saved.values()),
                 "bests": bests, "elapsed": elapsed,
                 "left_s": max(0.0, self.max_wall_s - elapsed), "in_flight": s.in_flight()}
 
@@ -68,9 +68,8 @@ class Progress:
             self._since = (f["evals"], f["duplicates"], False)
         elif not said and f["duplicates"] - duplicates >= STALL:
             self._since = (evals, duplicates, True)
-            if hasattr(self.search, "events"):  # in the archive and to `atoll watch`, with the next commit
-                self.search.events.append(("mutators-stalled", {"duplicates_in_a_row": f["duplicates"] - duplicates,
-                                                                "evaluations": evals}))
+            self.search.events.append(("mutators-stalled", {"duplicates_in_a_row": f["duplicates"] - duplicates,
+                                                            "evaluations": evals}))  # archived, and to `atoll watch`
             self.console.print(
                 f"atoll: the last {f['duplicates'] - duplicates} proposals were all programs already tried, and no "
                 "evaluation finished meanwhile: the mutators may have run out of new programs. `atoll stop` ends the "

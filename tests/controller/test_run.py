@@ -119,11 +119,15 @@ def test_bad_input_gets_one_line_and_exit_2(atoll_cli, args, needle):
     assert out.returncode == 2 and needle in out.stderr and "Traceback" not in out.stderr
 
 
+def _tiny_with_wall_s(seconds: int) -> list[str]:
+    """TINY with a shorter search wall-time budget."""
+    return [x if x != "run.max_wall_s=240" else f"run.max_wall_s={seconds}" for x in TINY]
+
+
 def test_wall_time_budget_ends_the_run_cleanly(atoll_cli, tmp_path):
     run_dir = tmp_path / "run"
-    TIMED = [x if x != "run.max_wall_s=240" else "run.max_wall_s=6" for x in TINY]
     out = atoll_cli("run", "configs/inventory.toml", "--run-dir", str(run_dir), "--max-evals", "400",
-                    "--no-report", *TIMED)
+                    "--no-report", *_tiny_with_wall_s(6))
     assert "search wall-time" in out.stdout and "Traceback" not in out.stderr
     count, distinct = _counts(run_dir)
     assert 1 <= count < 400 and count == distinct
@@ -132,9 +136,9 @@ def test_wall_time_budget_ends_the_run_cleanly(atoll_cli, tmp_path):
 
 def test_a_search_whose_mutators_ran_out_of_new_programs_says_so(atoll_cli, tmp_path):
     run_dir = tmp_path / "run"
-    narrow = [x if x != "run.max_wall_s=240" else "run.max_wall_s=20" for x in TINY]  # the note came after 8 s idle
     out = atoll_cli("run", "configs/inventory.toml", "--run-dir", str(run_dir), "--max-evals", "400", "--no-report",
-                    *narrow, "--set", "islands.count=1", "--set", 'mutator.embedded.operators=["swap_operator"]')
+                    *_tiny_with_wall_s(20),  # on an idle machine the note came after about 8 s
+                    "--set", "islands.count=1", "--set", 'mutator.embedded.operators=["swap_operator"]')
     assert "search wall-time" in out.stdout and "Traceback" not in out.stderr
     said = [line for line in out.stderr.splitlines() if "were all programs already tried" in line]
     assert len(said) == 1 and "`atoll stop` ends the run" in said[0], out.stderr[-3000:]
