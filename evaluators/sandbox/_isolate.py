@@ -100,8 +100,8 @@ def own_mount_namespace() -> None:
 def own_network_namespace() -> None:
     """An empty network namespace for the fork server, which its candidates then share.
 
-    Making and tearing down a network namespace costs about 0.6 ms of CPU (much of it
-    the kernel's, after the process is gone), the most of any namespace; shared, a
+    Making and tearing down a network namespace costs the most of any namespace, much of
+    it the kernel's after the process is gone (`benchmarks/namespace_cost.py`); shared, a
     candidate still sees only a loopback device that is down, and the seccomp filter
     refuses socket(2), so candidates of one server cannot reach each other either.
     Called after `own_mount_namespace`, whose user namespace it needs when not root.
@@ -218,7 +218,7 @@ _mmap.restype, _mmap.argtypes = ctypes.c_void_p, (ctypes.c_void_p, ctypes.c_size
 def area_type(size: int):
     """The ctypes array a mapping of `size` bytes is seen as; made in the fork server, a child finds it made.
 
-    (ctypes keeps each array type it builds, and building one costs a candidate about 90 µs.)
+    (ctypes keeps each array type it builds, so a child need not build its own.)
     """
     return ctypes.c_char * size
 
@@ -257,8 +257,8 @@ class _CapData(ctypes.Structure):
 def drop_capabilities() -> None:
     """No capability left in any set (bounding and ambient included), and no way to gain one.
 
-    Which capabilities are held comes from capget(2), not /proc/self/status, whose text costs a
-    candidate about 190 µs to make and read; the bounding set is emptied up to the first number
+    Which capabilities are held comes from capget(2), not /proc/self/status, whose text is
+    costly to make and read; the bounding set is emptied up to the first number
     the kernel calls invalid (its last capability, without reading /proc/sys/kernel/cap_last_cap).
     """
     header, held = _CapHeader(_CAP_VERSION_3, 0), (_CapData * 2)()
