@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, NoReturn
 
+import numpy as np
 from pydantic import BaseModel
 
 from evaluators.params import ParamSpec
@@ -135,6 +136,26 @@ class Domain(abc.ABC):
         return (f"Define {self.entry_point}(state, params) at the top level; it receives batches as numpy "
                 "arrays and `params` as one array per PARAMS entry, and returns numeric actions. "
                 "No file, network or process access.")
+
+
+def numeric_reply(reply, noun: str, reject: Callable[[str], NoReturn], rows: int | None = None) -> np.ndarray:
+    """A policy's reply as an array of numbers: the first step of every domain's reply check.
+
+    Anything else is refused through `reject(reason)`, which raises. With `rows`, a scalar or
+    one-element reply is spread over that many rows (a read-only view); the domain checks the
+    shape, the values and their range itself.
+    """
+    try:
+        values = reply if isinstance(reply, np.ndarray) else np.asarray(reply, dtype=float)
+    except (ValueError, TypeError):
+        values = None  # refused outside the handler, so the reason carries no traceback of its own
+    if values is None:
+        reject("the policy's reply is not an array of numbers")
+    if values.dtype.kind not in "biuf":
+        reject(f"{noun} must be numbers, got dtype {values.dtype}")
+    if rows is not None and values.shape in ((), (1,)):
+        values = np.broadcast_to(values.reshape(()), (rows,))
+    return values
 
 
 def check_split(split: str) -> str:

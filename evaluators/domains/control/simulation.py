@@ -17,7 +17,7 @@ import numpy as np
 import optuna
 
 from evaluators.domains.control import programs as progs
-from evaluators._base import CandidateError, PolicyFn
+from evaluators._base import CandidateError, PolicyFn, numeric_reply
 from evaluators.params import ParamSpec
 from evaluators.tuning import EliteSampler, distributions, new_study, sobol_sampler
 from store.records import Status
@@ -111,14 +111,7 @@ class Episodes:
 
 def check_actions(reply, rows: int, spec: EnvSpec, step: int) -> np.ndarray:
     """The reply as valid actions: (rows,) ints or (rows, dims) floats, else a CandidateError."""
-    try:
-        acts = reply if isinstance(reply, np.ndarray) else np.asarray(reply, dtype=float)
-    except (ValueError, TypeError):
-        _reject(step, "the reply is not an array of numbers")
-    if acts.dtype.kind not in "biuf":
-        _reject(step, f"actions must be numbers, got dtype {acts.dtype}")
-    if acts.shape in ((), (1,)):
-        acts = np.broadcast_to(acts.reshape(()), (rows,))
+    acts = numeric_reply(reply, "actions", lambda reason: _reject(step, reason), rows)
     want = (rows,) if spec.discrete or spec.actions == 1 else (rows, spec.actions)
     if acts.shape == (rows, 1) and want == (rows,):
         acts = acts[:, 0]

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from evaluators._base import CandidateError, PolicyFn
+from evaluators._base import CandidateError, PolicyFn, numeric_reply
 from evaluators.params import ParamSpec
 from evaluators.tuning import EliteSampler, distributions, new_study, sobol_sampler
 from store.records import Status
@@ -55,15 +55,8 @@ def check_orders(reply, rows: int, at: tuple, max_order: int) -> np.ndarray:
 
     `at` is (instance spec, period), named in the reason.
     """
-    try:
-        orders = reply if isinstance(reply, np.ndarray) else np.asarray(reply, dtype=float)
-    except (ValueError, TypeError):
-        _reject(at, "the policy's reply is not an array of numbers")
-    if orders.dtype.kind not in "biuf":
-        _reject(at, f"orders must be numbers, got dtype {orders.dtype}")
-    if orders.shape in ((), (1,)):
-        orders = np.full(rows, orders.reshape(()), dtype=float)
-    elif orders.shape != (rows,):
+    orders = numeric_reply(reply, "orders", lambda reason: _reject(at, reason), rows)
+    if orders.shape != (rows,):
         _reject(at, f"orders have shape {orders.shape}; expected ({rows},), one per row of state['on_hand'], "
                     "or a scalar")
     low, high = orders.min(), orders.max()

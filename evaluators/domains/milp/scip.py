@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 from pyscipopt import SCIP_BRANCHDIR, SCIP_RESULT, Branchrule, Model
 
-from evaluators._base import CandidateError, PolicyFn
+from evaluators._base import CandidateError, PolicyFn, numeric_reply
 from store.records import Status
 
 POLICY_PRIORITY = 1_000_000  # above relpscost's 10000
@@ -96,20 +96,17 @@ def solve(path: str, scip_seed: int, time_limit_s: float, builtin: str | None = 
 
 def check_scores(reply, n: int, where: str) -> np.ndarray:
     """The reply as n finite scores, or CandidateError INVALID naming what is wrong."""
-    try:
-        scores = reply if isinstance(reply, np.ndarray) else np.asarray(reply, dtype=float)
-    except (ValueError, TypeError):
-        raise CandidateError(Status.INVALID, f"{where}: the policy's reply is not an array of numbers") from None
-    if scores.dtype.kind not in "biuf":
-        raise CandidateError(Status.INVALID, f"{where}: scores must be numbers, got dtype {scores.dtype}")
+    scores = numeric_reply(reply, "scores", lambda reason: _reject(where, reason))
     if scores.shape != (n,):
-        raise CandidateError(Status.INVALID, f"{where}: scores have shape {scores.shape}; expected ({n},), "
-                                             "one per candidate")
+        _reject(where, f"scores have shape {scores.shape}; expected ({n},), one per candidate")
     bad = ~np.isfinite(scores.astype(float))
     if bad.any():
-        raise CandidateError(Status.INVALID, f"{where}: {int(bad.sum())} of {n} scores are not finite "
-                                             f"(e.g. {scores[bad][0]})")
+        _reject(where, f"{int(bad.sum())} of {n} scores are not finite (e.g. {scores[bad][0]})")
     return scores.astype(float)
+
+
+def _reject(where: str, reason: str):
+    raise CandidateError(Status.INVALID, f"{where}: {reason}")
 
 
 def _finite(x: float) -> float:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from evaluators._base import CandidateError, PolicyFn
+from evaluators._base import CandidateError, PolicyFn, numeric_reply
 from evaluators.domains.trading.data import Market
 from evaluators.domains.trading.stats import sharpe
 from evaluators.params import ParamSpec
@@ -75,15 +75,8 @@ class Group:
 
 def check_positions(reply, rows: int, at: str) -> np.ndarray:
     """The policy's reply as (rows,) positions in [-1, 1], or a CandidateError saying what is wrong."""
-    try:
-        pos = reply if isinstance(reply, np.ndarray) else np.asarray(reply, dtype=float)
-    except (ValueError, TypeError):
-        _reject(at, "the policy's reply is not an array of numbers")
-    if pos.dtype.kind not in "biuf":
-        _reject(at, f"positions must be numbers, got dtype {pos.dtype}")
-    if pos.shape in ((), (1,)):
-        pos = np.full(rows, pos.reshape(()), dtype=float)
-    elif pos.shape != (rows,):
+    pos = numeric_reply(reply, "positions", lambda reason: _reject(at, reason), rows)
+    if pos.shape != (rows,):
         _reject(at, f"positions have shape {pos.shape}; expected ({rows},), one per row of state['close'], or a scalar")
     pos = pos.astype(float)
     if not np.isfinite(pos).all():
