@@ -19,7 +19,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evaluators.sandbox import wire  # noqa: E402
+from evaluators.sandbox import replies, wire  # noqa: E402
 from evaluators.sandbox.process import reply_bounds  # noqa: E402
 
 
@@ -54,8 +54,8 @@ def main(argv=None) -> None:
          lambda: wire.unflatten(wire.unpack(flat[4:])["flat"])),
         ("pack the reply (candidate)", lambda: wire.pack({"actions": actions}),
          lambda: wire.pack(wire.flat_actions(actions))),
-        ("read the reply, every check", lambda: wire.read_reply(list_reply[4:], items),
-         lambda: wire.read_reply(flat_reply[4:], items)),
+        ("read the reply, every check", lambda: replies.read_reply(list_reply[4:], items),
+         lambda: replies.read_reply(flat_reply[4:], items)),
     ]
     total = [0.0, 0.0]
     for name, as_list, as_flat in steps:

@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 from evaluators._base import CandidateError
-from evaluators.sandbox import server, uids, wire
+from evaluators.sandbox import replies, server, uids, wire
 from evaluators.sandbox.allowlist import root_entries
 from evaluators.sandbox.config import SandboxConfig
 from store.records import Status
@@ -92,7 +92,7 @@ class PolicyProcess:
         self._log = None  # the candidate's stdout and stderr
         self._buffer = bytearray()  # read from the candidate, not yet taken
         self._area = None  # the shared memory its requests' arrays go in (read-only to it)
-        self._replies = wire.Replies()
+        self._replies = replies.Replies()
 
     def __enter__(self) -> "PolicyProcess":
         try:
@@ -171,7 +171,7 @@ class PolicyProcess:
         try:
             length = wire.frame_length(self._read(4, deadline, clock), limit)
             body = self._read(length, deadline, clock)
-            return self._replies.read(body, items) if items is not None else wire.read_reply(body)
+            return self._replies.read(body, items) if items is not None else replies.read_reply(body)
         except wire.WireError as exc:
             self.close()
             raise CandidateError(Status.INVALID, f"malformed reply from the program: {exc}") from None

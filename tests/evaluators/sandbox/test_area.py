@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from evaluators._base import CandidateError
-from evaluators.sandbox import wire
+from evaluators.sandbox import replies, wire
 from evaluators.sandbox.area import StateArea
 from evaluators.sandbox.config import SandboxConfig
 from evaluators.sandbox.process import PolicyProcess
@@ -136,21 +136,21 @@ def _reply(actions):
 
 
 def test_a_reply_like_the_last_one_is_read_from_its_layout_and_any_change_is_checked():
-    replies, bounds = wire.Replies(), [1040, 1040]
-    first = replies.read(_reply([np.zeros(4), np.ones(4)]), bounds)["actions"]
+    reader, bounds = replies.Replies(), [1040, 1040]
+    first = reader.read(_reply([np.zeros(4), np.ones(4)]), bounds)["actions"]
     assert [a.tolist() for a in first] == [[0.0] * 4, [1.0] * 4]
-    again = replies.read(_reply([np.full(4, 2.0), np.full(4, 3.0)]), bounds)["actions"]
+    again = reader.read(_reply([np.full(4, 2.0), np.full(4, 3.0)]), bounds)["actions"]
     assert [a.tolist() for a in again] == [[2.0] * 4, [3.0] * 4]
     with pytest.raises(wire.WireError, match="bytes after its end"):
-        replies.read(_reply([np.zeros(4), np.ones(4)]) + b"\0", bounds)
+        reader.read(_reply([np.zeros(4), np.ones(4)]) + b"\0", bounds)
     with pytest.raises(wire.WireError, match="allows at most 3"):
-        replies.read(_reply([np.zeros(4), np.ones(4)]), [4, 3])  # the same bytes under tighter bounds
+        reader.read(_reply([np.zeros(4), np.ones(4)]), [4, 3])  # the same bytes under tighter bounds
     with pytest.raises(wire.WireError, match="allows at most 1040"):
-        replies.read(_reply([np.zeros(4), np.ones(2000)]), bounds)
+        reader.read(_reply([np.zeros(4), np.ones(2000)]), bounds)
     swapped = bytearray(_reply([np.zeros(4), np.ones(4)]))
     swapped[swapped.index(b"<f8")] = ord(">")  # the same length, another dtype
     with pytest.raises(wire.WireError, match="is not allowed"):
-        replies.read(bytes(swapped), bounds)
+        reader.read(bytes(swapped), bounds)
 
 
 # After one honest reply (whose layout the evaluator learns), a forged one with the same head.

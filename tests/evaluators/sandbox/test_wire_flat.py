@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from evaluators.sandbox import wire
+from evaluators.sandbox import replies, wire
 from evaluators.sandbox.process import reply_bounds
 
 
@@ -50,7 +50,7 @@ def test_flat_actions_are_read_back_as_one_array_per_batch_within_their_bounds()
     batches = _batches()
     items, _ = reply_bounds(batches)
     actions = [np.arange(4.0), np.float64(2.5) * np.ones(()), np.zeros((2, 2))]
-    reply = wire.read_reply(wire.pack(wire.flat_actions(actions))[4:], items)
+    reply = replies.read_reply(wire.pack(wire.flat_actions(actions))[4:], items)
     assert [a.shape for a in reply["actions"]] == [(4,), (), (2, 2)]
     assert all(np.array_equal(a, b) for a, b in zip(reply["actions"], actions))
 
@@ -59,7 +59,7 @@ def test_actions_of_other_dtypes_keep_the_list_form_and_its_checks():
     assert set(wire.flat_actions([np.zeros(2), np.zeros(2, np.int64)])) == {"actions"}
     reply = wire.pack(wire.flat_actions([np.zeros(2, np.uint64)]))[4:]
     with pytest.raises(wire.WireError, match="dtype '<u8'"):
-        wire.read_reply(reply, [1024])
+        replies.read_reply(reply, [1024])
 
 
 @pytest.mark.parametrize("actions", [[np.arange(4.0), np.ones(4)], [np.zeros((2, 2), np.int64), np.ones(3, np.int64)],
