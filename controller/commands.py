@@ -2,13 +2,10 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 import time
 from pathlib import Path
-
-from rich.console import Console
 
 from controller import rundir
 from controller.cli import UserError
@@ -17,10 +14,8 @@ from controller.memory_commands import cmd_runs, cmd_skills, library_query  # no
 from controller.domain_commands import cmd_check, cmd_new_domain  # noqa: F401  (the CLI finds commands here)
 from controller.control_commands import cmd_continue, cmd_pause, cmd_set, cmd_stop, cmd_watch  # noqa: F401
 from controller.submit import cmd_jobs, cmd_submit, storage_root  # noqa: F401
+from controller.read_commands import cmd_best, cmd_query, cmd_status, console  # noqa: F401
 
-# Output to a file or a pipe (a log, a job's driver output) is not cut to 80 columns:
-# the held-out tables stay one line per row there.
-console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160)
 
 
 def _latest_run(archive, run_dir: Path, verb: str) -> tuple[str, dict]:
@@ -272,99 +267,6 @@ def cmd_report(args) -> int:
 
 def _stop_cleanly(signum, frame):
     raise KeyboardInterrupt
-
-
-def cmd_status(args) -> int:
-    from store.query import is_live
-
-    run_dir = Path(args.run_dir)
-    sql = ("SELECT r.run_id, r.status, r.started_at, r.ended_at, "
-           "(SELECT count(*) FROM evaluations e WHERE e.run_id = r.run_id AND split = 'search') AS evals, "
-           "(SELECT max(score) FROM evaluations e WHERE e.run_id = r.run_id AND split = 'search' "
-           "AND status = 'OK') AS best, (SELECT count(*) FROM evaluations e WHERE e.run_id = r.run_id "
-           "AND split = 'search' AND status = 'RACED') AS raced, array_to_string(r.protections, ', ') AS sandbox FROM runs r "
-           "ORDER BY started_at")
-    try:
-        cols, rows, note = _query(run_dir, sql)
-    except UserError:  # an archive from before the sandbox's protections were stored
-        cols, rows, note = _query(run_dir, sql.replace(", array_to_string(r.protections, ', ') AS sandbox", ""))
-    _print_rows(cols, rows, note)
-    if rows:
-        _status_llm(run_dir, rows[-1][0])
-    if not is_live(note) and any(row[1] == "running" for row in rows):
-        console.print("no driver holds this run: it stopped without ending (crash, kill or lost machine); "
-                      f"everything committed is kept. Continue with: atoll resume {run_dir}", soft_wrap=True)
-    return 0
-
-
-def _status_llm(run_dir: Path, run_id: str) -> None:
-    """The latest run's LLM and per-source tables (absent from archives made before schema 5)."""
-    from controller.llm_report import print_summary
-    from store.query import QueryError, run_query
-
-    def fetch(sql):
-        try:
-            cols, rows, _ = run_query(run_dir, sql)
-        except QueryError:
-            return [], []
-        return cols, rows
-    print_summary(console, fetch, run_id)
-
-
-def _query(run_dir: Path, sql: str):
-    from store.query import QueryError, run_query
-
-    try:
-        return run_query(run_dir, sql)
-    except QueryError as exc:
-        raise UserError(str(exc)) from None
-
-
-def _print_rows(cols, rows, note, as_json=False) -> None:
-    from rich.table import Table
-
-    if as_json:
-        for row in rows:
-            print(json.dumps(dict(zip(cols, row)), default=str))
-    else:
-        table = Table(*cols)
-        for row in rows:
-            table.add_row(*("" if v is None else str(v) for v in row))
-        console.print(table)
-    if note:
-        print(note, file=sys.stderr)
-
-
-def cmd_query(args) -> int:
-    if args.library:
-        if args.run_dir is not None:
-            raise UserError("give either a run directory or --library, not both")
-        return library_query(args)
-    if args.run_dir is None:
-        raise UserError("give a run directory and SQL, or --library and SQL to query across runs")
-    cols, rows, note = _query(Path(args.run_dir), args.sql)
-    _print_rows(cols, rows, note, args.json)
-    return 0
-
-
-def cmd_best(args) -> int:
-    run_dir = Path(args.run_dir)
-    cols, rows, note = _query(run_dir, (
-        "SELECT p.program_id, p.code, s.score, h.score AS heldout_score, h.metrics AS heldout_metrics "
-        "FROM programs p JOIN evaluations s ON s.program_id = p.program_id AND s.split = 'search' "
-        "LEFT JOIN evaluations h ON h.program_id = p.program_id AND h.split = 'heldout' "
-        "WHERE s.status = 'OK' AND p.mutator NOT LIKE 'baseline:%' ORDER BY s.score DESC LIMIT 1"))
-    if not rows:
-        raise UserError(f"{run_dir} has no successfully evaluated program yet")
-    pid, code, score, heldout, metrics = rows[0]
-    console.print(f"[bold]best program[/] {pid}: search score {score:.5g}, held-out score "
-                  + ("not evaluated yet" if heldout is None else f"{heldout:.5g}"))
-    print(code)
-    if metrics:
-        print(json.dumps({k: v for k, v in json.loads(metrics).items() if not isinstance(v, list)}, indent=1))
-    if note:
-        print(note, file=sys.stderr)
-    return 0
 
 
 def cmd_baselines(args) -> int:

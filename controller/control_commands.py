@@ -54,7 +54,7 @@ def cmd_set(args) -> int:
 
 
 def cmd_watch(args) -> int:
-    from controller.commands import console
+    from controller.read_commands import console
     from controller.watch import Watch
 
     with _client(args) as client:

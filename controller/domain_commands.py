@@ -11,7 +11,7 @@ from controller.config import load_config
 
 
 def cmd_new_domain(args) -> int:
-    from controller.commands import console
+    from controller.read_commands import console
     from controller.scaffold import ScaffoldError, write_domain
 
     folder = Path(args.dir) if args.dir else Path(args.name)
@@ -29,7 +29,7 @@ def cmd_new_domain(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from controller.commands import console
+    from controller.read_commands import console
     from evaluators.check import Checker
 
     config, _ = load_config(args.config, args.set)

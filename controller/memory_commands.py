@@ -31,7 +31,7 @@ def _warm_text(value) -> str:
 
 
 def cmd_runs(args) -> int:
-    from controller.commands import _print_rows
+    from controller.read_commands import print_rows
     from store import library_records as records
 
     rows = _read(lambda con: records.runs(con, args.domain))
@@ -40,12 +40,12 @@ def cmd_runs(args) -> int:
     table = [(r["run_id"], r["status"], r["domain"], r["fingerprint"], r["evaluations"],
               None if r["best_search_score"] is None else f"{r['best_search_score']:.5g}",
               _warm_text(r["warm_start"]), r["run_dir"], str(r["started_at"])[:19]) for r in rows]
-    _print_rows(cols, table, None if rows else f"the library {default_path()} knows no runs yet", args.json)
+    print_rows(cols, table, None if rows else f"the library {default_path()} knows no runs yet", args.json)
     return 0
 
 
 def cmd_skills(args) -> int:
-    from controller.commands import _print_rows
+    from controller.read_commands import print_rows
     from store import library_records as records
 
     if args.retire:
@@ -59,13 +59,13 @@ def cmd_skills(args) -> int:
     table = [(r["skill_id"], r["domain"], r["title"], r["uses"], r["successes"], f"{r['efficacy']:.3f}",
               f"{r['search_gain']:+.4g}", f"{r['validation_gain']:+.4g}", r["times_learned"], r["learned_in"],
               "" if r["retired_at"] is None else str(r["retired_at"])[:19]) for r in rows]
-    _print_rows(cols, table, None if rows else "no skills in the library yet" +
+    print_rows(cols, table, None if rows else "no skills in the library yet" +
                 (f" for domain {args.domain!r}" if args.domain else ""), args.json)
     return 0
 
 
 def library_query(args) -> int:
-    from controller.commands import _print_rows
+    from controller.read_commands import print_rows
     from store.library_query import run_library_query
     from store.query import QueryError
 
@@ -73,5 +73,5 @@ def library_query(args) -> int:
         cols, rows, note = run_library_query(_library(), args.sql)
     except (QueryError, LibraryError) as exc:
         raise UserError(str(exc)) from None
-    _print_rows(cols, rows, note, args.json)
+    print_rows(cols, rows, note, args.json)
     return 0

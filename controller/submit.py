@@ -190,7 +190,7 @@ def storage_root(config, given: str | None) -> Path:
 
 # --- the commands ---------------------------------------------------------------------------
 def cmd_submit(args) -> int:
-    from controller.commands import console
+    from controller.read_commands import console
     from controller.config import load_config
 
     if bool(args.config) == bool(args.resume):
@@ -213,7 +213,7 @@ def cmd_submit(args) -> int:
 
 
 def cmd_jobs(args) -> int:
-    from controller.commands import _print_rows
+    from controller.read_commands import print_rows
 
-    _print_rows(("job", "status", "command", "run directory"), list_runs(address_of(args.address)), "")
+    print_rows(("job", "status", "command", "run directory"), list_runs(address_of(args.address)), "")
     return 0

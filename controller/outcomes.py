@@ -1,0 +1,120 @@
+"""What the search does with each finished job: a proposal to check and evaluate, a score
+for its island, a held-out or validation result to store.
+
+A mixin of `controller.loop.Search`: the loop hands every finished job to `_on_<kind>`;
+nothing here waits on Ray or writes to the archive (results are committed in batches by
+the loop).
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+
+from controller.memory import WARM
+from controller.resume import STARTS
+from evaluators.params import write_params
+from islands.population import Member
+from store.records import Candidate, EvalResult, MutationRequest, Status
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+class Outcomes:
+    """Mixed into `controller.loop.Search`: its islands, dedup, proposals, memory and buffers."""
+
+    def _on_mutate(self, request: MutationRequest, proposal) -> None:
+        if isinstance(proposal, str):
+            self.events.append(("mutation-failed", {"island": request.island, "reason": proposal}))
+            return
+        candidate = Candidate(new_id(), self.run_id, request.island, request.generation, (request.parent_id,),
+                              proposal.code, proposal.operator, time.time())
+        why = self.dedup.check(proposal.code)
+        if why:
+            self.events.append(("duplicate", {"island": request.island, "operator": proposal.operator, "by": why}))
+            return
+        self.dedup.add(proposal.code)
+        self.parent_scores[candidate.program_id] = request.parent_score
+        self.memory.on_proposal(candidate.program_id, request, getattr(proposal, "skill_id", ""))
+        self._submit_eval(candidate)
+
+    def _on_eval(self, candidate: Candidate, result: EvalResult) -> None:
+        if result.status == Status.OK and result.tuned_params:
+            proposed = candidate.code_hash  # kept, so a resume still knows this text was tried
+            candidate = dataclasses.replace(candidate, code=write_params(candidate.code, result.tuned_params))
+            result = dataclasses.replace(result, metrics={**result.metrics, "proposed_hash": proposed})
+        form = self.dedup.add(candidate.code)
+        if form is not None and result.split == "search":
+            result = dataclasses.replace(result, metrics={**result.metrics, "form_hash": form})
+        self.proposals.on_evaluated(candidate, result, self._parent_score(candidate))
+        self.results.append((candidate, result))
+        self.events += self.memory.on_search_result(candidate, result, None, self._parent_score(candidate))
+        self._count_operator(candidate, result)
+        if candidate.mutator in STARTS:
+            self._on_seed(candidate, result)
+            return
+        if result.status == Status.OK:
+            self._add_member(candidate.island, candidate, result)
+        elif result.status == Status.RACED:  # a partial evaluation: never a member, never a best
+            self.raced += 1
+        else:
+            self.failures += 1
+        for event in self.islands.on_generation(candidate.island):
+            self.events.append(("islands", {"island": candidate.island, "what": event}))
+
+    def _on_llm(self, ref, job) -> None:
+        """An LLM job's outcome: a candidate to evaluate, an INVALID one (never evaluated), or nothing."""
+        actions = self.proposals.on_outcome(ref, job)
+        if not actions:  # no child: forget what was kept for it
+            self.parent_scores.pop(job.child_id, None)
+            self.memory.forget(job.child_id)
+        for action in actions:
+            if action[0] == "eval":
+                self._submit_eval(action[1])
+            else:
+                self._on_eval(action[1], action[2])
+        self.events.extend(self.proposals.events)
+        self.proposals.events.clear()
+
+    def _parent_score(self, candidate: Candidate) -> float | None:
+        """The score its parent had when the child was proposed (None for the seed or an unknown parent)."""
+        return self.parent_scores.get(candidate.program_id)
+
+    def _on_seed(self, candidate: Candidate, result: EvalResult) -> None:
+        """The seed, or a warm start's elite, joins every island (a failed elite is only recorded)."""
+        if result.status != Status.OK and candidate.mutator == WARM:
+            return
+        if result.status != Status.OK:
+            self.events.append(("seed-failed", {"status": result.status.value, "error": result.error}))
+            self.seed_error = f"{result.status.value}: {result.error}"
+            return
+        for island in range(self.config.islands.count):
+            self._add_member(island, candidate, result)
+
+    def _add_member(self, island: int, candidate: Candidate, result: EvalResult) -> None:
+        member = Member(candidate.program_id, result.score, candidate.code, candidate.generation,
+                        tuple(result.instance_scores), tuple(result.descriptors))
+        self.islands.add_result(island, member)
+        if self.best_score is None or result.score > self.best_score:
+            self.best_score = result.score
+            self.events.append(("new-best", {"program_id": candidate.program_id, "score": result.score}))
+            if self.config.controller.heldout_on_new_best:
+                self._submit_eval(candidate, "heldout")
+
+    def _count_operator(self, candidate: Candidate, result: EvalResult) -> None:
+        if candidate.mutator in STARTS:
+            return
+        stat = self.stats[candidate.mutator]
+        stat[0] += 1
+        parent = self.parent_scores.pop(candidate.program_id, None)
+        stat[1] += int(result.status == Status.OK and (parent is None or result.score > parent))
+
+    def _on_heldout(self, candidate: Candidate, result: EvalResult) -> None:
+        self.heldout.append(result)
+
+    def _on_validate(self, candidate: Candidate, result: EvalResult) -> None:
+        """A validation result: stored like a held-out one, and it may complete a skill check."""
+        self.heldout.append(result)
+        self.events += self.memory.on_validation(result)
