@@ -21,6 +21,15 @@ def temporary_library(tmp_path, monkeypatch):
     return path
 
 
+@pytest.fixture(autouse=True)
+def wide_output(monkeypatch):
+    """The CLIs a test starts print as they do to a file or a pipe, whatever terminal size the
+    caller's environment names (pytest-xdist sets COLUMNS=80): a wrapped table cell would split
+    the words the tests look for."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     import ray

@@ -6,7 +6,7 @@ import pytest
 from controller.config import load_config
 from controller.resume import load_islands
 from store.duckdb_archive import DuckDBArchive
-from tests.controller.runs import atoll, kill_group, start, wait_for_evaluations
+from tests.controller.runs import atoll, counts, kill_group, start, wait_for_evaluations
 
 # Eight targets x per instance; the score is -(action - x)^2, so a perturbed constant makes a child worse
 # on most instances at once (deterministic: an equal child ties exactly and is never raced).
@@ -61,11 +61,14 @@ def test_raced_rows_are_partial_never_best_and_stay_right_after_kill_and_resume(
     (tmp_path / "targets.py").write_text(DOMAIN)
     (tmp_path / "racing.toml").write_text(CONFIG)
     run_dir = tmp_path / "run"
-    proc = start(tmp_path, "run", tmp_path / "racing.toml", "--run-dir", run_dir, "--no-report")
+    # the first run's budget cannot run out before the kill, however slowly the test sees its progress
+    proc = start(tmp_path, "run", tmp_path / "racing.toml", "--run-dir", run_dir, "--no-report",
+                 "--set", "run.max_evals=100000")
     wait_for_evaluations(run_dir, 8, proc)
     kill_group(proc)
+    budget = counts(run_dir)[0] + 16  # the resume ends the run 16 evaluations after what the kill left
     before = set(_rows(run_dir, "SELECT program_id, status, error FROM evaluations WHERE status = 'RACED'"))
-    done = atoll(tmp_path, "resume", run_dir)  # to the end of the budget, then the held-out report
+    done = atoll(tmp_path, "resume", run_dir, "--set", f"run.max_evals={budget}")  # then the held-out report
     assert done.returncode == 0, done.stderr
     raced = _rows(run_dir, "SELECT e.program_id, e.score, e.metrics, e.error, p.search_status, p.search_score, "
                            "p.best_so_far FROM evaluations e JOIN programs p USING (program_id) "
@@ -78,7 +81,7 @@ def test_raced_rows_are_partial_never_best_and_stay_right_after_kill_and_resume(
         assert metrics["raced"] and 3 <= metrics["instances_seen"] < 8 and error.startswith("raced: clearly worse")
     ids = {row[0] for row in raced}
     assert _rows(run_dir, "SELECT count(*), count(DISTINCT program_id) FROM evaluations WHERE split = 'search'")[0] \
-        == (24, 24)
+        == (budget, budget)
     assert {pid for (pid,) in _rows(run_dir, "SELECT program_id FROM raced")} == ids
     assert not ids & {pid for (pid,) in _rows(run_dir, "SELECT program_id FROM evaluations WHERE split = 'heldout'")}
     best = atoll(tmp_path, "best", run_dir)
@@ -86,7 +89,7 @@ def test_raced_rows_are_partial_never_best_and_stay_right_after_kill_and_resume(
     config = load_config(tmp_path / "racing.toml")[0]
     with DuckDBArchive(run_dir / "archive.duckdb", read_only=True) as archive:
         (run_id,), = archive.con.execute("SELECT run_id FROM runs").fetchall()
-        members = {m.program_id for island in load_islands(archive, run_id, config, 24).islands.islands
+        members = {m.program_id for island in load_islands(archive, run_id, config, budget).islands.islands
                    for m in island.members()}
     assert members and not members & ids  # a resume rebuilds islands without a raced program
     assert f"racing: {len(ids)} search evaluations stopped early" in done.stdout
