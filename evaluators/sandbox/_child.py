@@ -175,7 +175,7 @@ def _map_area(fd):
 def _enter(world, scratch_mb):
     if not world["root"]:
         raise RuntimeError(world["missing"].get("private-filesystem", "no root was prepared"))
-    iso.private_mounts(scratch_mb)
+    iso.private_mounts(scratch_mb, world["scratch_binds"])
     _sethostname()
 
 
@@ -206,13 +206,14 @@ def _close_other_fds(keep):
 # --- the fork server --------------------------------------------------------------
 def prepare(setup):
     """The fork server's own set-up: the candidates' root, the claimed uid, the seccomp filter."""
-    world = {"root": False, "uid": None, "missing": {}}
+    world = {"root": False, "uid": None, "missing": {}, "scratch_binds": []}
     world["seccomp"], world["seccomp_why"] = iso.seccomp_program()  # while the binding is still readable
     try:
         iso.own_mount_namespace()
         iso.build_root(ROOT, setup["entries"])
         iso.move_into(ROOT)
         world["root"] = True
+        world["scratch_binds"] = iso.scratch_binds(setup["entries"])
     except OSError as exc:
         world["missing"]["private-filesystem"] = f"the candidates' root could not be built: {_why(exc)}"
     world["flags"] = iso.NAMESPACES

@@ -113,7 +113,9 @@ def build_root(root: str, entries: list[dict]) -> None:
     """A tmpfs at `root` holding only `entries` (binds read-only, covers empty), then read-only itself.
 
     Every source is opened before anything is mounted, so a source under `root`
-    itself (an interpreter in /tmp) is still reached. Entries come sorted by
+    itself is still reached. (Entries under /tmp, /run or /dev/shm, an interpreter or
+    a virtual environment in /tmp, are bound again in each candidate's private ones:
+    `private_mounts`.) Entries come sorted by
     target, so a cover (an empty tmpfs over site-packages) goes on after the
     bind it sits in and before the binds that go back into it.
     """
@@ -195,12 +197,33 @@ def move_into(root: str) -> None:
     os.chdir("/")
 
 
-def private_mounts(scratch_mb: int) -> None:
-    """A fresh /proc (this pid namespace's), and private /tmp, /run and /dev/shm, over the shared root's."""
-    mount("proc", "/proc", "proc", SAFE | MS_NOEXEC)
-    tmpfs("/tmp", scratch_mb << 10, "1777")
-    tmpfs("/run", 1024, "755")
-    tmpfs("/dev/shm", scratch_mb << 10, "1777")
+SCRATCH = ("/tmp", "/run", "/dev/shm")  # private to each candidate: a fresh tmpfs over the shared root's
+
+
+def scratch_binds(entries: list[dict]) -> list[tuple[str, str]]:
+    """The root's binds that a candidate's private scratch folders would hide, as (path, kind):
+    the outermost ones under /tmp, /run or /dev/shm (a virtual environment in /tmp); what lies
+    inside them, covers included, comes back with them."""
+    under = [(e["dst"], e["kind"]) for e in entries if e["kind"] != "cover"
+             and any(e["dst"].startswith(top + "/") for top in SCRATCH)]
+    return [(path, kind) for path, kind in under
+            if not any(path.startswith(other + "/") for other, _ in under if other != path)]
+
+
+def private_mounts(scratch_mb: int, keep: list[tuple[str, str]] = ()) -> None:
+    """A fresh /proc (this pid namespace's), and private /tmp, /run and /dev/shm, over the shared root's;
+    the binds of `keep` (`scratch_binds`) are bound again at their place in them, read-only as they were."""
+    held = [(path, kind, os.open(path, os.O_PATH | os.O_CLOEXEC)) for path, kind in keep]
+    try:
+        mount("proc", "/proc", "proc", SAFE | MS_NOEXEC)
+        tmpfs("/tmp", scratch_mb << 10, "1777")
+        tmpfs("/run", 1024, "755")
+        tmpfs("/dev/shm", scratch_mb << 10, "1777")
+        for path, kind, fd in held:
+            _place(path, {"kind": kind}, fd)
+    finally:
+        for _, _, fd in held:
+            os.close(fd)
     os.mkdir("/run/lock", 0o1777)
     os.chmod("/run/lock", 0o1777)
     try:  # no user namespaces below this one, whatever else fails later

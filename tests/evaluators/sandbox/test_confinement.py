@@ -82,6 +82,37 @@ def test_a_hidden_folder_inside_an_allowed_package_is_empty():
     assert listing == [] and neighbours > 5 and len(os.listdir(tests)) > 5
 
 
+def test_a_program_module_installed_under_tmp_is_there_whole_and_read_only(tmp_path, monkeypatch):
+    """A virtual environment in /tmp (a CI's, a container's): its packages are bound into the root
+    under /tmp, which each candidate gets a fresh tmpfs of; they are bound again inside it."""
+    assert str(tmp_path).startswith("/tmp/"), "this test needs its files under /tmp"
+    site_dir = tmp_path / "venv" / "site-packages"
+    package = site_dir / "atoll_tmp_package"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("VALUE = 40\n")
+    (package / "later.py").write_text("VALUE = 2\n")  # imported only by the candidate, after its /tmp is new
+    monkeypatch.syspath_prepend(str(site_dir))
+    code = f"""import os, sys
+sys.path.insert(0, {str(site_dir)!r})
+def policy(s, p):
+    import atoll_tmp_package.later
+    try:
+        open({str(package / "mine.py")!r}, "w")
+        wrote = "wrote"
+    except OSError as exc:
+        wrote = exc.strerror
+    with open("/tmp/scratch", "w") as f:  # the rest of /tmp is the candidate's own
+        f.write("x")
+    raise RuntimeError(repr((atoll_tmp_package.VALUE + atoll_tmp_package.later.VALUE, wrote,
+                             sorted(os.listdir({str(package)!r})), sorted(os.listdir("/tmp")))))
+"""
+    total, wrote, listing, scratch = eval(found(code, modules=("numpy", "atoll_tmp_package")))  # noqa: S307
+    assert (total, wrote) == (42, "Read-only file system")
+    assert listing == ["__init__.py", "later.py"] or listing == ["__init__.py", "__pycache__", "later.py"]
+    assert scratch == sorted([str(tmp_path).split("/")[2], "scratch"])
+    assert not (package / "mine.py").exists()
+
+
 def test_own_namespaces_and_no_way_out():
     code = '''import ctypes, errno, os, socket
 libc = ctypes.CDLL(None, use_errno=True)
