@@ -61,13 +61,17 @@ def rewrite_prompt(domain: str, variants: Sequence[PromptVariant]) -> str:
                                                                         max_chars=MAX_CHARS)
 
 
+def instruction_in(reply: str | None) -> str:
+    """The instruction a rewrite reply holds: what its <instruction> tags enclose, else all of it, stripped."""
+    match = _ANSWER.search(reply or "")
+    return (match.group(1) if match else (reply or "")).strip()
+
+
 def rewrite_variant(domain: str, variants: Sequence[PromptVariant], client: Callable[[str], str],
                     model: str = "llm") -> PromptVariant | None:
     """A new variant written by `client` from the measured ones, or None when the reply holds
     no usable instruction (empty, too long, or one of the existing texts)."""
-    reply = client(rewrite_prompt(domain, variants))
-    match = _ANSWER.search(reply or "")
-    text = (match.group(1) if match else (reply or "")).strip()
+    text = instruction_in(client(rewrite_prompt(domain, variants)))
     if not text or len(text) > MAX_CHARS or any(text == v.text for v in variants):
         return None
     best = max(variants, key=lambda v: (v.successes + 1.0) / (v.uses + 2.0)) if variants else None

@@ -17,7 +17,7 @@ from store.query import run_query
 from tests.tiny import TINY_INVENTORY
 from tests.controller.test_memory import _skill_row
 from workers.llm.prompts import DEFAULT_INSTRUCTION
-from workers.prompt_variants import rewrite_prompt
+from workers.prompt_variants import MAX_CHARS, instruction_in, rewrite_prompt
 from workers.skills import abstract_skill
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,4 +128,8 @@ edit_format = "rewrite"
     [(status, reply)] = run_query(tmp_path / "run", "SELECT status, completion FROM llm_calls WHERE kind = 'variant'")[1]
     made = run_query(tmp_path / "run", "SELECT data->>'text' FROM events WHERE kind = 'prompt-variant-rewritten'")[1]
     assert status == "ok" and [(text, 0, "rewrite:smollm2") for (text,) in made] == rows[1:]
-    assert len(made) == 1 and made[0][0] in reply
+    # the reply joined the population if it held a usable instruction; this small model's sampled
+    # reply now and then holds none (empty, or the default's own words), and then nothing joins
+    text = instruction_in(reply)
+    usable = bool(text) and len(text) <= MAX_CHARS and text != DEFAULT_INSTRUCTION
+    assert [t for (t,) in made] == ([text] if usable else []), reply
