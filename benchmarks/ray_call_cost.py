@@ -6,8 +6,8 @@ argument (a 2 KB program and two small fields, like an evaluation job), called w
 in flight over two actors, the way the loop keeps its evaluators busy. It prints wall time and
 the CPU of every process on the machine (driver, actors, raylet, GCS) per job, for one job per
 call and for batches of jobs per call, then what Ray's processes cost the machine each second
-while the two actors sit idle (what a run pays for Ray whatever its evaluations cost), and the
-load average around the run.
+while the two actors sit idle (what a run pays for Ray whatever its evaluations cost), against
+the machine's own before Ray starts, and the load average around the run.
 
     unshare -n sh -c 'ip link set lo up && python3 benchmarks/ray_call_cost.py'
 """
@@ -59,6 +59,9 @@ def main() -> None:
     parser.add_argument("--idle-s", type=float, default=10.0, help="seconds of idle Ray to measure (default 10)")
     args = parser.parse_args()
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
+    cpu = busy_cpu_s()
+    time.sleep(args.idle_s)
+    print(f"before Ray starts: {(busy_cpu_s() - cpu) / args.idle_s * 1e3:.1f} ms of machine CPU per second")
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     actors = [Echo.remote(), Echo.remote()]
     ray.get([a.one.remote(JOB) for a in actors])
