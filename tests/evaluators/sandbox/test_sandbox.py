@@ -51,12 +51,12 @@ def descendants(pid: int) -> list[int]:
         current = todo.pop()
         try:
             tasks = os.listdir(f"/proc/{current}/task")
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):  # it ended meanwhile
             continue
         for task in tasks:
             try:
                 kids = [int(k) for k in open(f"/proc/{current}/task/{task}/children").read().split()]
-            except FileNotFoundError:
+            except (FileNotFoundError, ProcessLookupError):  # it ended meanwhile
                 kids = []
             found += [k for k in kids if _running(k)]
             todo += kids
@@ -66,7 +66,7 @@ def descendants(pid: int) -> list[int]:
 def _running(pid: int) -> bool:
     try:
         return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # it ended meanwhile
         return False
 
 
