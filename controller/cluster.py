@@ -34,6 +34,7 @@ def _probe(_evaluator) -> tuple[str, str]:
 
 # The pending kind of an evaluation of each split (the loop's jobs in flight are counted by kind).
 KIND = {"search": "eval", "heldout": "heldout", "validation": "validate"}
+SPLIT = {kind: split for split, kind in KIND.items()}  # and the split of each such kind
 
 
 class Pending(dict):

@@ -16,7 +16,7 @@ from ray.exceptions import RayActorError, RayTaskError
 
 from controller import faults
 from controller.actors import evaluator_count, new_evaluator, new_mutator
-from controller.cluster import KIND, EvaluatorPool, Pending
+from controller.cluster import KIND, SPLIT, EvaluatorPool, Pending
 from controller.dedup import Dedup
 from controller.helm import Helm
 from controller.memory import RunMemory
@@ -28,9 +28,6 @@ from controller.resume import islands_snapshot, load_islands
 from evaluators.racing import RaceSpec
 from evaluators.registry import get_domain
 from store.records import Candidate, EvalResult, MutationRequest, Status
-
-_KIND = KIND  # pending kind of each split
-_SPLIT = {kind: split for split, kind in _KIND.items()}
 
 
 class Search(EvaluatorPool, Outcomes, LostActors):
@@ -87,7 +84,7 @@ class Search(EvaluatorPool, Outcomes, LostActors):
         self.load[i] += 1
         race = self._race_spec(candidate) if split == "search" else None
         ref = self.evaluators[i].evaluate.remote(candidate.program_id, candidate.code, split, race)
-        self.pending[ref] = (_KIND[split], candidate, i)
+        self.pending[ref] = (KIND[split], candidate, i)
 
     def _race_spec(self, candidate: Candidate) -> RaceSpec | None:
         """What a child races against (`evaluator.racing`): its parent's per-instance search scores
@@ -265,7 +262,7 @@ class Search(EvaluatorPool, Outcomes, LostActors):
             self.events.append(("internal-error", {"kind": kind, "error": str(exc)[-2000:]}))
             if kind == "mutate":
                 return None
-            return EvalResult(payload.program_id, _split(kind), Status.FAILED,
+            return EvalResult(payload.program_id, SPLIT[kind], Status.FAILED,
                               error=f"internal evaluator error: {str(exc)[-500:]}")
 
     def _deliver(self, kind: str, payload, value) -> None:
@@ -299,7 +296,3 @@ def stored_seed_error(archive, run_id: str) -> str:
     if row and row[0][0] != Status.OK.value:
         return f"{row[0][0]}: {row[0][1]}"
     return ""
-
-
-def _split(kind: str) -> str:
-    return _SPLIT[kind]

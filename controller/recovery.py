@@ -10,10 +10,8 @@ from __future__ import annotations
 from ray.exceptions import RayActorError
 
 from controller import faults
-from controller.cluster import KIND
+from controller.cluster import SPLIT
 from store.records import EvalResult, Status
-
-_SPLIT = {kind: split for split, kind in KIND.items()}
 
 
 class LostActors:
@@ -46,17 +44,17 @@ class LostActors:
         if kind == "mutate":
             self._send_mutation(payload)
         else:
-            self._submit_eval(payload, _SPLIT[kind])
+            self._submit_eval(payload, SPLIT[kind])
 
     def _give_up(self, kind: str, payload, reason: str) -> None:
         if kind == "mutate":
             self.events.append(("mutation-failed", {"island": payload.island, "reason": reason}))
         else:
-            self._deliver(kind, payload, EvalResult(payload.program_id, _SPLIT[kind], Status.FAILED, error=reason))
+            self._deliver(kind, payload, EvalResult(payload.program_id, SPLIT[kind], Status.FAILED, error=reason))
 
 
 def _job_id(kind: str, payload) -> str:
     """A job's identity across requeues: the program and split it evaluates, or the mutation request."""
     if kind == "mutate":
         return f"mutate:island {payload.island}:seed {payload.seed}"
-    return f"{_SPLIT[kind]}:{payload.program_id}"
+    return f"{SPLIT[kind]}:{payload.program_id}"
