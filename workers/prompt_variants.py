@@ -61,18 +61,20 @@ def rewrite_prompt(domain: str, variants: Sequence[PromptVariant]) -> str:
                                                                         max_chars=MAX_CHARS)
 
 
-def instruction_in(reply: str | None) -> str:
-    """The instruction a rewrite reply holds: what its <instruction> tags enclose, else all of it, stripped."""
+def new_instruction(reply: str | None, known: Sequence[str]) -> str:
+    """The usable instruction a rewrite reply holds: what its <instruction> tags enclose, else all
+    of it, stripped; '' when that is empty, too long, or one of the `known` texts."""
     match = _ANSWER.search(reply or "")
-    return (match.group(1) if match else (reply or "")).strip()
+    text = (match.group(1) if match else (reply or "")).strip()
+    return "" if len(text) > MAX_CHARS or text in known else text
 
 
 def rewrite_variant(domain: str, variants: Sequence[PromptVariant], client: Callable[[str], str],
                     model: str = "llm") -> PromptVariant | None:
     """A new variant written by `client` from the measured ones, or None when the reply holds
-    no usable instruction (empty, too long, or one of the existing texts)."""
-    text = instruction_in(client(rewrite_prompt(domain, variants)))
-    if not text or len(text) > MAX_CHARS or any(text == v.text for v in variants):
+    no usable instruction (`new_instruction`)."""
+    text = new_instruction(client(rewrite_prompt(domain, variants)), [v.text for v in variants])
+    if not text:
         return None
     best = max(variants, key=lambda v: (v.successes + 1.0) / (v.uses + 2.0)) if variants else None
     return new_variant(domain, text, f"rewrite:{model}", best.variant_id if best else None)

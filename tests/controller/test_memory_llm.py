@@ -17,7 +17,7 @@ from store.query import run_query
 from tests.tiny import TINY_INVENTORY
 from tests.controller.test_memory import _skill_row
 from workers.llm.prompts import DEFAULT_INSTRUCTION
-from workers.prompt_variants import MAX_CHARS, instruction_in, rewrite_prompt
+from workers.prompt_variants import new_instruction, rewrite_prompt
 from workers.skills import abstract_skill
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -130,6 +130,5 @@ edit_format = "rewrite"
     assert status == "ok" and [(text, 0, "rewrite:smollm2") for (text,) in made] == rows[1:]
     # the reply joined the population if it held a usable instruction; this small model's sampled
     # reply now and then holds none (empty, or the default's own words), and then nothing joins
-    text = instruction_in(reply)
-    usable = bool(text) and len(text) <= MAX_CHARS and text != DEFAULT_INSTRUCTION
-    assert [t for (t,) in made] == ([text] if usable else []), reply
+    text = new_instruction(reply, [DEFAULT_INSTRUCTION])  # the population held only the default before
+    assert [t for (t,) in made] == ([text] if text else []), reply
