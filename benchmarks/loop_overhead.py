@@ -13,7 +13,7 @@ Printed per case: proposals/s (N / wall), overhead per proposal in ms
 ((wall - sum of evaluation work / 2) / N, the work being the 200 ms the domain burns,
 0 for no-op), evaluations/s against the ideal 10 (200 ms case), peak memory of the
 whole process tree (driver, Ray's processes and workers, fork servers, sandboxes: the
-sum of their RSS, sampled every 250 ms), the cost per proposal in each fifth of the run,
+sum of their RSS, sampled every 250 ms, and of their PSS, every 2 s), the cost per proposal in each fifth of the run,
 and the load average. The wall runs from the first proposal's arrival to the last
 commit (Ray's start-up and the seed's evaluation are printed apart).
 The held-out check of new bests is off (peers have none); the LLM server runs in
@@ -41,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PEERS = ("peers, same method, 2 cores: OpenEvolve 0.4 (in-process, no sandbox): 105 proposals/s, 9.5 ms, "
          "8.1/10 evals/s, 207 MB, cost per iteration 5 -> 18 ms over 1,000; ShinkaEvolve 0.0.7 (a subprocess "
          "per evaluation): 6.6 proposals/s, 152 ms, 2.4/10 (4.4 with its job cap lifted), 244 MB")
+SAMPLE_S, PSS_EVERY = 0.25, 8  # CPU and RSS every 250 ms; PSS, the dear one, every 2 s
 TARGET = "target (sandbox fully on): <= 5 ms overhead, >= 200 proposals/s no-op, >= 9.5/10 evals/s at 200 ms, flat"
 
 DOMAIN = '''\
@@ -162,22 +163,30 @@ class StepServer:
         self.server.server_close()
 
 
-def tree_memory(proc: psutil.Process, cpu: dict) -> tuple[int, int]:
-    """(sum of RSS, sum of PSS) of `proc` and its descendants; records each one's CPU seconds in `cpu`."""
-    rss = pss = 0
+def tree_memory(proc: psutil.Process, cpu: dict, roles: dict, pss: bool) -> tuple[int, int | None]:
+    """(sum of RSS, sum of PSS or None) of `proc` and its descendants; records each one's CPU seconds in `cpu`.
+
+    PSS makes the kernel walk every mapping (about 2 ms for each Ray process here), so the caller
+    asks for it only every few samples: at every sample it would take a few percent of the cores
+    the run is measured on."""
+    rss = pss_sum = 0
     for p in [proc, *proc.children(recursive=True)]:
         try:
-            info = p.memory_full_info()
-            times = p.cpu_times()
-            role = _role(p)  # a fork server's reaped children are its candidates' processes
-            extra = times.children_user + times.children_system if role == "fork server" else 0.0
-            cpu[p.pid] = (role, times.user + times.system)
-            if extra:
-                cpu[-p.pid] = ("sandboxes", extra)
+            with p.oneshot():
+                times, name, resident = p.cpu_times(), p.name(), p.memory_info().rss
+                if roles.get(p.pid, ("",))[0] != name:  # Ray's workers take their actor's name after they start
+                    roles[p.pid] = (name, _role(p))
+            if pss:
+                pss_sum += p.memory_full_info().pss
         except psutil.Error:
             continue
-        rss, pss = rss + info.rss, pss + info.pss
-    return rss, pss
+        role = roles[p.pid][1]  # a fork server's reaped children are its candidates' processes
+        extra = times.children_user + times.children_system if role == "fork server" else 0.0
+        cpu[p.pid] = (role, times.user + times.system)
+        if extra:
+            cpu[-p.pid] = ("sandboxes", extra)
+        rss += resident
+    return rss, (pss_sum if pss else None)
 
 
 def _role(p: psutil.Process) -> str:
@@ -208,16 +217,19 @@ def run_case(url: str, evals: int, work_ms: float, llm_in_flight: int, extra: li
         elif profile:  # every process of the tree, as collapsed stacks (py-spy's raw format)
             cmd = ["py-spy", "record", "--subprocesses", "--nonblocking", "-r", "200", "-f", "raw",
                    "-o", str(Path(profile).resolve() / f"loop-{evals - 1}-{work_ms:g}ms.txt"), "--", *cmd]
-        start, peak, peak_pss, cpu, timeline = time.monotonic(), 0, 0, {}, []
+        start, peak, peak_pss, cpu, timeline, roles, sampling = time.monotonic(), 0, 0, {}, [], {}, 0.0
         proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True)
         watched = psutil.Process(proc.pid)
         while proc.poll() is None:
-            rss, pss = tree_memory(watched, cpu)
+            began = time.thread_time()
+            rss, pss = tree_memory(watched, cpu, roles, pss=len(timeline) % PSS_EVERY == 0)
+            sampling += time.thread_time() - began
             cpu[0] = (_HERE, sum(os.times()[:2]))  # this process: the LLM server's threads and this sampling
-            peak, peak_pss = max(peak, rss), max(peak_pss, pss)
+            cpu[-1] = (_SAMPLING, sampling)  # of which the sampling
+            peak, peak_pss = max(peak, rss), max(peak_pss, pss or 0)
             timeline.append((time.time(), {pid: seconds for pid, (_, seconds) in cpu.items()}))
-            time.sleep(0.25)
+            time.sleep(SAMPLE_S)
         output = proc.stdout.read()
         total = time.monotonic() - start
         if proc.returncode != 0:
@@ -239,13 +251,13 @@ def window_cpu(timeline: list, cpu: dict, t0: float, t1: float, n: int) -> dict:
     return dict(sorted(spent.items(), key=lambda kv: -kv[1]))
 
 
-_HERE = "benchmark process"
+_HERE, _SAMPLING = "benchmark process", "sampling"
 
 
 def _by_role(cpu: dict) -> dict:
     roles: dict = {}
     for role, seconds in cpu.values():
-        if role == _HERE:
+        if role in (_HERE, _SAMPLING):
             continue
         roles[role] = roles.get(role, 0.0) + seconds
     return dict(sorted(roles.items(), key=lambda kv: -kv[1]))
@@ -282,16 +294,16 @@ def show(label: str, work_ms: float, r: dict) -> None:
           f"mean evaluation (evaluator's clock, sandbox included) {1000 * r['eval_s']:.1f} ms")
     if work_ms:
         print(f"  evaluations/s {r['rate']:.2f} of ideal {2000 / work_ms:.0f}")
-    print(f"  peak memory of the process tree {r['peak_mb']:.0f} MB (sum of RSS; {r['peak_pss_mb']:.0f} MB "
-          "counting shared pages once, PSS)")
-    here = r["window"].pop(_HERE, 0.0)
+    print(f"  peak memory of the process tree {r['peak_mb']:.0f} MB (sum of RSS, every {SAMPLE_S * 1000:.0f} ms; "
+          f"{r['peak_pss_mb']:.0f} MB counting shared pages once, PSS, every {SAMPLE_S * PSS_EVERY:g} s)")
+    here, sampling = r["window"].pop(_HERE, 0.0), r["window"].pop(_SAMPLING, 0.0)
     total = sum(r["window"].values())
     print(f"  CPU per proposal, every process of the tree together, from the second fifth's first proposal "
           f"(start-up behind) to the last commit: "
           f"{total:.1f} ms (2 cores give at most {2000 / total:.0f} proposals/s at that cost): "
           + ", ".join(f"{k} {v:.2f}" for k, v in r["window"].items() if v >= 0.05))
     print(f"  beside the tree, on the same cores: this benchmark's own process (its loopback LLM server and the "
-          f"sampling) {here:.2f} ms per proposal")
+          f"sampling) {here:.2f} ms per proposal, of which the sampling {sampling:.2f} ms")
     print("  CPU seconds of the whole command by process: "
           + ", ".join(f"{k} {v:.1f}" for k, v in r["cpu"].items()))
     print("  overhead per proposal by fifth of the run (ms): " + ", ".join(f"{f:.1f}" for f in r["fifths_ms"]))
