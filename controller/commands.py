@@ -178,6 +178,9 @@ def _search_and_report(config, archive, run_id, run_dir, args) -> int:
     if status == "seed-failed":
         raise UserError(f"the seed program failed ({search.seed_error}); nothing to evolve from")
     console.print(f"search {status}: {archive.count_evaluations(run_id, 'search')} evaluations")
+    if status == "stalled":
+        console.print(f"no mutator had a new program to propose (said above); everything finished is committed. "
+                      f"Continue with: atoll resume {run_dir}", soft_wrap=True)
     _llm_summary(archive, run_id)
     if status != "interrupted" and not args.no_report:
         return _report(archive, run_id, search.domain, search.ready_evaluators(), run_dir,

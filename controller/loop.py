@@ -20,7 +20,7 @@ from controller.cluster import KIND, SPLIT, EvaluatorPool, Pending
 from controller.dedup import Dedup
 from controller.helm import Helm
 from controller.memory import RunMemory
-from controller.outcomes import Outcomes, new_id
+from controller.outcomes import Outcomes, Unmade, new_id
 from controller.progress import Progress
 from controller.proposals import Proposals
 from controller.recovery import LostActors
@@ -49,6 +49,7 @@ class Search(EvaluatorPool, Outcomes, LostActors):
         self.done = archive.count_evaluations(run_id, "search")
         self.failures = 0
         self.raced = 0  # search evaluations stopped early by racing, this segment
+        self.unmade = Unmade()  # the embedded mutator's requests that made no child (controller.outcomes)
         self.parent_scores: dict[str, float | None] = {}  # in-flight candidate -> its parent's score
         self.hide = hide
         self.deaths = faults.Deaths(config.controller.actor_death_retries)
@@ -103,7 +104,8 @@ class Search(EvaluatorPool, Outcomes, LostActors):
 
     def _submit_mutation(self) -> bool:
         """One request to a source with room (embedded, or an LLM by the island's weights); False if none has."""
-        embedded_room = self.in_flight("eval") + self.in_flight("mutate") < self._capacity()
+        embedded_room = (not self.unmade.stalled
+                         and self.in_flight("eval") + self.in_flight("mutate") < self._capacity())
         evals_full = self.in_flight("eval") >= self._capacity()
         if not self.proposals.any_room(embedded_room, evals_full):
             return False
@@ -225,7 +227,11 @@ class Search(EvaluatorPool, Outcomes, LostActors):
         finally:
             if not self.disk_full:
                 self.publish()
-        return "seed-failed" if self.seed_error else self.proposals.final_status(status, self._budget_left())
+        if self.seed_error:
+            return "seed-failed"
+        status = self.proposals.final_status(status, self._budget_left())
+        # nothing left to ask: the embedded mutator stalled (controller.outcomes) and no LLM took over
+        return "stalled" if status == "completed" and self.unmade.stalled and self._budget_left() > 0 else status
 
     def _cancel_all(self) -> None:
         """Drop in-flight work; it was never committed, so a resume redoes it."""

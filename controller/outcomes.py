@@ -22,13 +22,32 @@ def new_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
+# Embedded-mutator requests in a row that came back with no child (each after `max_attempts`
+# tries) before the run stops asking it. Its operators are random, so a parent they can change
+# rarely fails this often: at a 5% success rate, 200 failures in a row come once in 30,000.
+UNMADE_STALL = 200
+
+
+@dataclasses.dataclass
+class Unmade:
+    """The embedded mutator's requests that made no child: in a row and in all (this segment)."""
+
+    in_a_row: int = 0
+    total: int = 0
+    reason: str = ""
+    stalled: bool = False  # asked no more until an island gains a member (its parents change)
+    said: bool = False  # the console heard it once this segment
+
+
 class Outcomes:
     """Mixed into `controller.loop.Search`: its islands, dedup, proposals, memory and buffers."""
 
     def _on_mutate(self, request: MutationRequest, proposal) -> None:
         if isinstance(proposal, str):
             self.events.append(("mutation-failed", {"island": request.island, "reason": proposal}))
+            self._unmade(proposal)
             return
+        self.unmade.in_a_row = 0
         candidate = Candidate(new_id(), self.run_id, request.island, request.generation, (request.parent_id,),
                               proposal.code, proposal.operator, time.time())
         why = self.dedup.check(proposal.code)
@@ -39,6 +58,31 @@ class Outcomes:
         self.parent_scores[candidate.program_id] = request.parent_score
         self.memory.on_proposal(candidate.program_id, request, getattr(proposal, "skill_id", ""))
         self._submit_eval(candidate)
+
+    def _unmade(self, reason: str) -> None:
+        """Count a request that made no child; after UNMADE_STALL in a row, stop asking and say why.
+
+        Without this a program the operators cannot change (no number, comparison or arithmetic
+        in its entry point) sent thousands of requests a second, each archived, and the run sat
+        at the same count until its wall time ran out."""
+        u = self.unmade
+        u.in_a_row, u.total, u.reason = u.in_a_row + 1, u.total + 1, reason
+        if u.in_a_row < UNMADE_STALL or u.stalled:
+            return
+        u.stalled = True
+        self.events.append(("embedded-stalled", {"requests_in_a_row": u.in_a_row, "reason": reason}))
+        progress = getattr(self, "progress", None)
+        if progress is None or u.said:
+            return
+        u.said = True
+        entry = self.domain.entry_point
+        progress.console.print(
+            f"atoll: the embedded mutator made no child from the last {u.in_a_row} requests "
+            f"({reason.removeprefix('mutation failed: ')}): its operators change numbers, comparisons, arithmetic "
+            f"and branches in {entry}() and PARAMS, and found none to change in these programs. A run with no "
+            f"other source of programs ends here, everything kept; give {entry}() numbers to tune (or PARAMS) or "
+            f"add an LLM ([mutator.llm]), then `atoll resume {self.run_dir}`.",
+            highlight=False, markup=False, soft_wrap=True)
 
     def _on_eval(self, candidate: Candidate, result: EvalResult) -> None:
         if result.status == Status.OK and result.tuned_params:
@@ -97,6 +141,8 @@ class Outcomes:
         member = Member(candidate.program_id, result.score, candidate.code, candidate.generation,
                         tuple(result.instance_scores), tuple(result.descriptors))
         self.islands.add_result(island, member)
+        if self.unmade.stalled:  # new parents: the embedded mutator may find something to change in them
+            self.unmade.in_a_row, self.unmade.stalled = 0, False
         if self.best_score is None or result.score > self.best_score:
             self.best_score = result.score
             self.events.append(("new-best", {"program_id": candidate.program_id, "score": result.score}))

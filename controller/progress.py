@@ -42,6 +42,7 @@ class Progress:
                 "failure_rate": s.failures / max(finished, 1), "best": s.best_score,
                 "raced": getattr(s, "raced", 0),
                 "duplicates": sum(s.dedup.saved.values()),
+                "unmade": s.unmade.total if hasattr(s, "unmade") else 0,
                 "bests": bests, "elapsed": elapsed,
                 "left_s": max(0.0, self.max_wall_s - elapsed), "in_flight": s.in_flight()}
 
@@ -57,9 +58,10 @@ class Progress:
         elif time.monotonic() - self._last_line >= 10:
             self._last_line = time.monotonic()
             best = "-" if f["best"] is None else f"{f['best']:.4f}"
+            unmade = f"  no child {f['unmade']}" if f["unmade"] else ""
             print(f"[atoll] {f['evals']}/{self.max_evals} evals  {f['rate']:.2f}/s  best {best}  "
-                  f"failures {f['failure_rate']:.0%}  raced {f['raced']}  duplicates {f['duplicates']}  elapsed {f['elapsed']:.0f}s  left {f['left_s']:.0f}s",
-                  file=sys.stderr, flush=True)
+                  f"failures {f['failure_rate']:.0%}  raced {f['raced']}  duplicates {f['duplicates']}{unmade}  "
+                  f"elapsed {f['elapsed']:.0f}s  left {f['left_s']:.0f}s", file=sys.stderr, flush=True)
 
     def _stalled(self, f: dict) -> None:
         """Say once, on stderr, when STALL proposals in a row were duplicates and nothing finished meanwhile."""
@@ -84,6 +86,8 @@ class Progress:
         table.add_row("raced (stopped early)", str(f["raced"]))
         table.add_row("duplicates dropped", str(f["duplicates"]))  # climbing while evaluations stall:
         table.add_row("in flight", str(f["in_flight"]))                 # the mutators' space is spent
+        if f["unmade"]:  # the embedded mutator's requests that came back empty-handed
+            table.add_row("requests with no child", str(f["unmade"]))
         table.add_row("elapsed / left", f"{f['elapsed']:.0f} s / {f['left_s']:.0f} s")
         for i, b in enumerate(f["bests"]):
             table.add_row(f"island {i} best", "-" if b is None else f"{b:.4f}")

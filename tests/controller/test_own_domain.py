@@ -140,3 +140,48 @@ def test_bad_input_is_one_clear_line_and_exit_2(tmp_path, command, files, needle
         for name, text in files.items():
             (tmp_path / name).write_text(text)
     _one_line_exit_2(atoll(*command, cwd=tmp_path, check=False), needle)
+
+
+UNCHANGEABLE = '''\
+from evaluators.simple import SimpleDomain
+
+SEED = """X = 0.5
+
+
+def act(state, params):
+    return X
+"""
+
+
+class Fixed(SimpleDomain):
+    name = "fixed"
+    entry_point = "act"
+    seed_program = SEED
+    baseline_programs = {"seed": SEED}
+    action_shape = ()
+    action_bounds = (-1.0, 1.0)
+
+    def instances(self, split, rng):
+        return [float(x) for x in rng.uniform(size=2)]
+
+    def simulate(self, instances, policy):
+        return [-abs(float(a) - x) for a, x in zip(policy([{"x": x} for x in instances]), instances)]
+'''
+
+
+def test_a_program_the_embedded_mutator_cannot_change_ends_the_run_with_the_reason(tmp_path):
+    """Its entry point holds no number, comparison or arithmetic: every request comes back empty.
+    The run used to sit at one evaluation, archiving thousands of failures a second, until its wall time."""
+    (tmp_path / "fixed.py").write_text(UNCHANGEABLE)
+    (tmp_path / "fixed.toml").write_text('[domain]\npath = "fixed.py"\n')
+    run = atoll("run", "fixed.toml", "--run-dir", "run", "--max-evals", "50", "--no-report", "--set",
+                "run.max_wall_s=120", "--set", "islands.count=2", "--set", "evaluator.actors=1", cwd=tmp_path)
+    assert "search stalled: 1 evaluations" in run.stdout and "atoll resume run" in run.stdout, run.stdout
+    said = [line for line in run.stderr.splitlines() if "the embedded mutator made no child" in line]
+    assert len(said) == 1 and "in act() and PARAMS" in said[0] and "`atoll resume run`" in said[0], run.stderr
+    _, rows, _ = run_query(tmp_path / "run", "SELECT status FROM runs")
+    assert rows == [("stalled",)]
+    _, rows, _ = run_query(tmp_path / "run", "SELECT count(*) FILTER (WHERE kind = 'mutation-failed'), "
+                                             "count(*) FILTER (WHERE kind = 'embedded-stalled') FROM events")
+    assert 200 <= rows[0][0] < 300 and rows[0][1] == 1, rows
+    assert "stalled" in atoll("status", "run", cwd=tmp_path).stdout
