@@ -75,3 +75,27 @@ def kill_group(proc) -> None:
     if proc.poll() is None:
         os.killpg(proc.pid, 9)
     proc.wait()
+
+
+def tiny_domain(name: str, seed: str) -> str:
+    """The text of a user's domain file: one scalar action per instance, scored by its distance to
+    the instance's number, with `seed` (a program defining `act`) as its seed and only baseline."""
+    return f'''from evaluators.simple import SimpleDomain
+
+SEED = {seed!r}
+
+
+class Tiny(SimpleDomain):
+    name = {name!r}
+    entry_point = "act"
+    seed_program = SEED
+    baseline_programs = {{"seed": SEED}}
+    action_shape = ()
+    action_bounds = (-1.0, 1.0)
+
+    def instances(self, split, rng):
+        return [float(x) for x in rng.uniform(size=2)]
+
+    def simulate(self, instances, policy):
+        return [-abs(float(a) - x) for a, x in zip(policy([{{"x": x}} for x in instances]), instances)]
+'''

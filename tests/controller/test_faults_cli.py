@@ -14,8 +14,8 @@ import time
 import pytest
 
 from store.query import QueryError
-from tests.controller.runs import (CONFIG, TINY, atoll, committed_ids, counts, kill_group, proposed_texts,
-                                   start, wait_for_evaluations)
+from tests.controller.runs import (CONFIG, TINY, atoll, committed_ids, counts, kill_group, proposed_texts, start,
+                                   tiny_domain, wait_for_evaluations)
 
 ONE_ACTOR = [*TINY, "--set", "evaluator.actors=1"]
 
@@ -190,29 +190,7 @@ def test_bad_input_is_refused_before_the_run_exists(tmp_path, args, needle):
 
 
 # A user domain whose seed program never returns, so the seed times out on any machine, however fast.
-HANGING_SEED = '''\
-from evaluators.simple import SimpleDomain
-
-SEED = """def act(state, params):
-    while True:
-        pass
-"""
-
-
-class Hang(SimpleDomain):
-    name = "hang"
-    entry_point = "act"
-    seed_program = SEED
-    baseline_programs = {"seed": SEED}
-    action_shape = ()
-    action_bounds = (-1.0, 1.0)
-
-    def instances(self, split, rng):
-        return [float(x) for x in rng.uniform(size=2)]
-
-    def simulate(self, instances, policy):
-        return [-abs(float(a)) for a in policy([{"x": x} for x in instances])]
-'''
+HANGING_SEED = tiny_domain("hang", "def act(state, params):\n    while True:\n        pass\n")
 
 
 def test_resuming_a_run_whose_seed_failed_says_so(tmp_path):

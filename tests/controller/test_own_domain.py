@@ -15,6 +15,7 @@ from evaluators.registry import get_domain
 from evaluators.secrets import RunSecrets
 from store.query import run_query
 from store.records import Status
+from tests.controller.runs import tiny_domain
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = {"horizon": 20, "search_instances": 4, "heldout_instances": 6, "tune_trials": 4, "tune_batch": 4}
@@ -142,31 +143,7 @@ def test_bad_input_is_one_clear_line_and_exit_2(tmp_path, command, files, needle
     _one_line_exit_2(atoll(*command, cwd=tmp_path, check=False), needle)
 
 
-UNCHANGEABLE = '''\
-from evaluators.simple import SimpleDomain
-
-SEED = """X = 0.5
-
-
-def act(state, params):
-    return X
-"""
-
-
-class Fixed(SimpleDomain):
-    name = "fixed"
-    entry_point = "act"
-    seed_program = SEED
-    baseline_programs = {"seed": SEED}
-    action_shape = ()
-    action_bounds = (-1.0, 1.0)
-
-    def instances(self, split, rng):
-        return [float(x) for x in rng.uniform(size=2)]
-
-    def simulate(self, instances, policy):
-        return [-abs(float(a) - x) for a, x in zip(policy([{"x": x} for x in instances]), instances)]
-'''
+UNCHANGEABLE = tiny_domain("fixed", "X = 0.5\n\n\ndef act(state, params):\n    return X\n")
 
 
 def test_a_program_the_embedded_mutator_cannot_change_ends_the_run_with_the_reason(tmp_path):
