@@ -13,7 +13,7 @@ Printed per case: proposals/s (N / wall), overhead per proposal in ms
 ((wall - sum of evaluation work / 2) / N, the work being the 200 ms the domain burns,
 0 for no-op), evaluations/s against the ideal 10 (200 ms case), peak memory of the
 whole process tree (driver, Ray's processes and workers, fork servers, sandboxes: the
-sum of their RSS, sampled every 250 ms, and of their PSS, every 2 s), the cost per proposal in each fifth of the run,
+sum of their RSS, sampled every 250 ms, and of their PSS, every 4 s), the cost per proposal in each fifth of the run,
 and the load average. The wall runs from the first proposal's arrival to the last
 commit (Ray's start-up and the seed's evaluation are printed apart).
 The held-out check of new bests is off (peers have none); the LLM server runs in
@@ -41,7 +41,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PEERS = ("peers, same method, 2 cores: OpenEvolve 0.4 (in-process, no sandbox): 105 proposals/s, 9.5 ms, "
          "8.1/10 evals/s, 207 MB, cost per iteration 5 -> 18 ms over 1,000; ShinkaEvolve 0.0.7 (a subprocess "
          "per evaluation): 6.6 proposals/s, 152 ms, 2.4/10 (4.4 with its job cap lifted), 244 MB")
-SAMPLE_S, PSS_EVERY = 0.25, 8  # CPU and RSS every 250 ms; PSS, the dear one, every 2 s
+# CPU and RSS every 250 ms; the tree's process list every second (its processes live long: each
+# candidate's is counted in its fork server's reaped children); PSS, the dearest, every 4 s
+SAMPLE_S, LIST_EVERY, PSS_EVERY = 0.25, 4, 16
 TARGET = "target (sandbox fully on): <= 5 ms overhead, >= 200 proposals/s no-op, >= 9.5/10 evals/s at 200 ms, flat"
 
 DOMAIN = '''\
@@ -163,14 +165,15 @@ class StepServer:
         self.server.server_close()
 
 
-def tree_memory(proc: psutil.Process, cpu: dict, roles: dict, pss: bool) -> tuple[int, int | None]:
-    """(sum of RSS, sum of PSS or None) of `proc` and its descendants; records each one's CPU seconds in `cpu`.
+def tree_memory(procs: list, cpu: dict, roles: dict, pss: bool) -> tuple[int, int | None]:
+    """(sum of RSS, sum of PSS or None) of `procs` (a process and its descendants); records each one's CPU
+    seconds in `cpu`.
 
     PSS makes the kernel walk every mapping (about 2 ms for each Ray process here), so the caller
     asks for it only every few samples: at every sample it would take a few percent of the cores
     the run is measured on."""
     rss = pss_sum = 0
-    for p in [proc, *proc.children(recursive=True)]:
+    for p in procs:
         try:
             with p.oneshot():
                 times, name, resident = p.cpu_times(), p.name(), p.memory_info().rss
@@ -223,7 +226,9 @@ def run_case(url: str, evals: int, work_ms: float, llm_in_flight: int, extra: li
         watched = psutil.Process(proc.pid)
         while proc.poll() is None:
             began = time.thread_time()
-            rss, pss = tree_memory(watched, cpu, roles, pss=len(timeline) % PSS_EVERY == 0)
+            if len(timeline) % LIST_EVERY == 0:
+                procs = [watched, *watched.children(recursive=True)]
+            rss, pss = tree_memory(procs, cpu, roles, pss=len(timeline) % PSS_EVERY == 0)
             sampling += time.thread_time() - began
             cpu[0] = (_HERE, sum(os.times()[:2]))  # this process: the LLM server's threads and this sampling
             cpu[-1] = (_SAMPLING, sampling)  # of which the sampling
