@@ -16,7 +16,7 @@ from evaluators.evaluator import Evaluator
 from evaluators.registry import get_domain
 from store.records import MutationRequest
 from workers._base import MutationFailed, Proposal
-from workers.embedded import EmbeddedMutator, Motif
+from workers.embedded import EmbeddedMutator
 
 
 class MutationWorker:
@@ -24,8 +24,7 @@ class MutationWorker:
 
     def __init__(self, domain, domain_options: dict, mutator_config):
         domain = get_domain(domain, **domain_options)  # a registered name or the run's DomainConfig
-        motifs = [Motif(name, template, tuple(params)) for name, template, params in domain.motifs()]
-        self.mutator = EmbeddedMutator(mutator_config, domain.entry_point, motifs)
+        self.mutator = EmbeddedMutator.for_domain(mutator_config, domain)
 
     def propose(self, request: MutationRequest) -> Proposal | str:
         """A proposal, or the reason no child could be made (data, not an error)."""

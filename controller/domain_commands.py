@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from rich.markup import escape
 from rich.table import Table
 
 from controller.cli import UserError
@@ -37,12 +38,43 @@ def cmd_check(args) -> int:
     console.print(f"[bold]atoll check[/] {checker.domain.name}: scoring its programs and a few hostile ones "
                   "in the sandbox (no Ray)", soft_wrap=True)
     start = time.monotonic()
-    checks = checker.run()
+    checks = [*checker.run(), embedded_check(config, checker.domain)]
     table = Table("check", "result", "seen, or what to fix", title=f"domain {checker.domain.name}")
     for check in checks:
-        table.add_row(check.name, "[green]pass[/]" if check.passed else "[red]FAIL[/]", check.detail)
+        table.add_row(escape(check.name), "[green]pass[/]" if check.passed else "[red]FAIL[/]", escape(check.detail))
     console.print(table)
     failed = sum(not check.passed for check in checks)
     console.print(f"{len(checks) - failed} of {len(checks)} checks passed in {time.monotonic() - start:.0f} s"
                   + ("" if not failed else f"; fix the {failed} that failed and run atoll check again"))
     return 1 if failed else 0
+
+
+# Requests `atoll check` makes of the embedded mutator for the seed (each after its `max_attempts` tries)
+SEED_REQUESTS = 20
+
+
+def embedded_check(config, domain):
+    """Whether the embedded mutator makes a child of the seed: a run that has no other source of
+    programs otherwise stops at once (`stalled`, controller.outcomes). With an LLM configured the
+    row passes and says what a run would do instead."""
+    from evaluators.check import Check
+    from store.records import MutationRequest
+    from workers.embedded import EmbeddedMutator, MutationFailed
+
+    name = "the embedded mutator changes the seed"
+    mutator = EmbeddedMutator.for_domain(config.mutator.embedded, domain)
+    made, reason = 0, ""
+    for seed in range(SEED_REQUESTS):
+        try:
+            mutator.propose(MutationRequest("check", 0, 1, "seed", domain.seed_program, seed=seed))
+            made += 1
+        except MutationFailed as exc:
+            reason = str(exc)
+    if made:
+        return Check(name, True, f"{made} of {SEED_REQUESTS} requests made a child")
+    entry = domain.entry_point
+    why = (f"no child in {SEED_REQUESTS} requests ({reason}): its operators change numbers, comparisons, "
+           f"arithmetic and branches in {entry}() and PARAMS")
+    if config.mutator.llm is not None:
+        return Check(name, True, f"{why}; a run leaves the seed to the LLM ([mutator.llm])")
+    return Check(name, False, f"{why}; give {entry}() numbers to tune (or PARAMS), or add an LLM ([mutator.llm])")

@@ -33,6 +33,12 @@ class EmbeddedMutator(Mutator):
         for motif in self.motifs:
             _check_motif(motif)
 
+    @classmethod
+    def for_domain(cls, config: EmbeddedMutatorConfig, domain) -> EmbeddedMutator:
+        """The mutator for a domain object: its entry point and its motifs."""
+        motifs = [Motif(name, template, tuple(params)) for name, template, params in domain.motifs()]
+        return cls(config, domain.entry_point, motifs)
+
     def propose(self, request: MutationRequest) -> Proposal:
         """One checked child of the parent, deterministic given `request.seed`."""
         parent = _normalized(request.parent_code)

@@ -151,6 +151,10 @@ def test_a_program_the_embedded_mutator_cannot_change_ends_the_run_with_the_reas
     The run used to sit at one evaluation, archiving thousands of failures a second, until its wall time."""
     (tmp_path / "fixed.py").write_text(UNCHANGEABLE)
     (tmp_path / "fixed.toml").write_text('[domain]\npath = "fixed.py"\n')
+    check = atoll("check", "fixed.toml", cwd=tmp_path, check=False)  # says so before any run
+    assert check.returncode == 1 and "10 of 11 checks passed" in check.stdout, check.stdout
+    [row] = [line for line in check.stdout.splitlines() if "the embedded mutator changes the seed" in line]
+    assert "FAIL" in row and "no child in 20 requests" in row, check.stdout
     run = atoll("run", "fixed.toml", "--run-dir", "run", "--max-evals", "50", "--no-report", "--set",
                 "run.max_wall_s=120", "--set", "islands.count=2", "--set", "evaluator.actors=1", cwd=tmp_path)
     assert "search stalled: 1 evaluations" in run.stdout and "atoll resume run" in run.stdout, run.stdout
