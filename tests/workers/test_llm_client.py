@@ -51,3 +51,17 @@ def test_api_key_comes_from_env_or_file_and_is_never_in_the_result(tmp_path, mon
         result = ChatClient(server.url, "m", "sk-env-123", 1.0, 0, 16, 0.0).chat(MESSAGES)
         sent = server.requests[0]
     assert result.status == "http_error" and "sk-env-123" not in repr(result) and "sk-env-123" not in repr(sent)
+
+
+def test_no_server_at_the_address_is_said_as_such_not_as_a_timeout():
+    """urllib3 counts a refused connection as a connect timeout; a user would chase a slow endpoint."""
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    start = time.monotonic()
+    result = _client(f"http://127.0.0.1:{port}/v1", retries=2).chat(MESSAGES)
+    assert (result.status, result.attempts) == ("http_error", 3), result
+    assert f"cannot connect to http://127.0.0.1:{port}/v1/chat/completions" in result.error, result.error
+    assert "Connection refused" in result.error and time.monotonic() - start < 10

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import urllib3
-from urllib3.exceptions import HTTPError, MaxRetryError, ProtocolError, TimeoutError as Urllib3Timeout
+from urllib3.exceptions import (HTTPError, MaxRetryError, NewConnectionError, ProtocolError,
+                                TimeoutError as Urllib3Timeout)
 
 OK, TIMEOUT, HTTP_ERROR = "ok", "timeout", "http_error"
 
@@ -78,6 +79,10 @@ class ChatClient:
         try:
             response = self._pool.request("POST", self.url, body=json.dumps(body).encode(), headers=self._headers)
         except MaxRetryError as exc:
+            if isinstance(exc.reason, NewConnectionError):  # refused, unreachable, no such host (urllib3
+                # makes it a kind of connect timeout, but nothing there is slow: nothing is there)
+                detail = str(exc.reason).split(": ", 1)[-1][:200]
+                return self._failed(HTTP_ERROR, f"cannot connect to {self.url} ({detail})", start)
             if isinstance(exc.reason, Urllib3Timeout):
                 return self._failed(TIMEOUT, "the endpoint did not answer in time", start)
             return self._failed(HTTP_ERROR, f"{type(exc.reason).__name__}: {str(exc.reason)[:300]}", start)
