@@ -199,8 +199,9 @@ class Search(EvaluatorPool, Outcomes, LostActors):
                         drain_until = now + self.config.evaluator.sandbox.wall_s + 5
                         status = "wall-time" if self._budget_left() > 0 else status
                     self._fill(searching)
-                    if self._finished(searching) and not (self.helm.paused and self._budget_left() > 0):
-                        break  # a paused run with budget left stays alive, sleeping in _wait
+                    waiting = self.helm.paused or (searching and self.proposals.resting())
+                    if self._finished(searching) and not (waiting and self._budget_left() > 0):
+                        break  # a paused run (or one whose models rest after failing) stays alive in _wait
                     for ref in self._wait():  # also takes in evaluators that became ready (controller.cluster)
                         if ref in self.pending:  # a lost actor's other jobs left with it
                             self._handle(ref, *self.pending[ref])

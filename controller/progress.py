@@ -31,8 +31,15 @@ class Progress:
         return self
 
     def __exit__(self, *exc):
+        self._notices()
         if self.live:
             self.live.__exit__(*exc)
+
+    def _notices(self) -> None:
+        """What the run's parts asked to say on stderr (e.g. a model whose calls keep failing), in order."""
+        notices = getattr(getattr(self.search, "proposals", None), "notices", None)
+        while notices:
+            self.console.print(notices.pop(0), highlight=False, markup=False, soft_wrap=True)
 
     def figures(self, elapsed: float) -> dict:
         s = self.search
@@ -47,6 +54,7 @@ class Progress:
                 "left_s": max(0.0, self.max_wall_s - elapsed), "in_flight": s.in_flight()}
 
     def update(self, elapsed: float) -> None:
+        self._notices()
         now = time.monotonic()  # the loop calls this every pass: figures at most four times a second
         if now - getattr(self, "_last_update", 0.0) < 0.25:
             return

@@ -29,6 +29,9 @@ from workers.llm.worker import PREFIX, LLMJob, LLMOutcome
 from workers.skills import render_skills
 
 INVALID_KINDS = ("unparseable", "did_not_apply", "invalid_program")
+# Calls of one model failed in a row (each after its retries) before the run says so on stderr and
+# pauses the model: 1 s, then twice as long after each further failure, up to LLM_PAUSE_MAX_S
+LLM_FAILING, LLM_PAUSE_MAX_S = 5, 60.0
 
 
 def _id() -> str:
@@ -50,6 +53,9 @@ class Proposals:
         self.parts: dict[str, str] = {}
         self.feedback: dict = {}
         self.events: list = []
+        self.notices: list[str] = []  # said on stderr by the run's progress (controller.progress)
+        self.failing: dict[str, int] = {}  # model -> its calls failed in a row
+        self.paused_until: dict[str, float] = {}  # model -> monotonic time before which it gets no call
         self.failures: dict[str, deque] = defaultdict(lambda: deque(maxlen=self._shown_failures()))
         if self.llm is not None:
             self._restore()
@@ -86,8 +92,15 @@ class Proposals:
     def _models_with_room(self, evals_full: bool) -> set[str]:
         if self.llm is None or evals_full:
             return set()
+        now = time.monotonic()
         return {m.name for m in self.llm.models
-                if self.in_flight[m.name] < m.max_in_flight and self.budget.allows(*self._estimate(m))}
+                if self.in_flight[m.name] < m.max_in_flight and self.paused_until.get(m.name, 0.0) <= now
+                and self.budget.allows(*self._estimate(m))}
+
+    def resting(self) -> bool:
+        """Whether a model is paused after failing calls: the run waits for it rather than ending."""
+        now = time.monotonic()
+        return any(until > now for until in self.paused_until.values())
 
     def any_room(self, embedded_room: bool, evals_full: bool) -> bool:
         return embedded_room or bool(self._models_with_room(evals_full))
@@ -164,6 +177,10 @@ class Proposals:
                               outcome.code, outcome.operator, now)
         status, child = outcome.status, job.child_id
         actions: list[tuple] = []
+        if status == OK or status in INVALID_KINDS:
+            self._answered(job.model)
+        else:
+            self._failed(job.model, outcome.reason)
         if status == OK:
             why = self.dedup.check(outcome.code)
             if why:
@@ -180,6 +197,28 @@ class Proposals:
             self.events.append(("llm-call-failed", {"model": job.model, "status": status, "error": outcome.reason}))
         self._account(outcome, status, child, now)
         return actions
+
+    def _failed(self, model: str, reason: str) -> None:
+        """One more call of `model` failed; at LLM_FAILING in a row, say so once (the run keeps asking)."""
+        n = self.failing[model] = self.failing.get(model, 0) + 1
+        if n >= LLM_FAILING:  # a failing endpoint is not asked hundreds of times a second
+            self.paused_until[model] = time.monotonic() + min(LLM_PAUSE_MAX_S, 2.0 ** (n - LLM_FAILING))
+        if n != LLM_FAILING:
+            return
+        url = getattr(self.llm.model(model), "base_url", None)
+        self.events.append(("llm-failing", {"model": model, "calls_in_a_row": n, "error": reason}))
+        self.notices.append(
+            f"atoll: the last {n} calls to model '{model}'{f' at {url}' if url else ''} failed, each after its "
+            f"retries ({reason}). The run asks it again after a pause that doubles with each further failure "
+            f"(up to {LLM_PAUSE_MAX_S:.0f} s) and says when it answers; check the endpoint, or `atoll stop` "
+            "(everything finished is kept).")
+
+    def _answered(self, model: str) -> None:
+        n = self.failing.pop(model, 0)
+        self.paused_until.pop(model, None)
+        if n >= LLM_FAILING:
+            self.events.append(("llm-answers-again", {"model": model, "after_failed_calls": n}))
+            self.notices.append(f"atoll: model '{model}' answers again, after {n} failed calls.")
 
     def first_model(self) -> str:
         return self.llm.models[0].name if self.llm else ""

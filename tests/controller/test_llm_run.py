@@ -1,6 +1,7 @@
 """The real entry point with LLM models behind a scripted chat-completions server on loopback:
 good diffs, rewrites, broken diffs, prose, contract breaks, 429s, 500s, hangs and slow replies
 each end in their status or a retry, nothing stalls, the run finishes and the accounts add up."""
+import itertools
 import os
 import re
 import subprocess
@@ -132,3 +133,41 @@ def test_the_call_budget_stops_requests_and_a_resume_keeps_what_is_left(tmp_path
         again = _atoll(tmp_path, "resume", str(run_dir), "--no-report", "--set", "mutator.llm.budget.calls=6")
         assert again.returncode == 0, again.stderr
         assert _rows(run_dir, "SELECT count(*) FROM llm_calls")[0][0] == 6 == len(server.requests)
+
+
+def test_a_model_whose_calls_keep_failing_is_named_on_stderr_and_so_is_its_return(tmp_path):
+    """An endpoint that refuses every call for a while: the run says so once, keeps asking, and says
+    when it answers again (before, nothing showed until the run's LLM table at its end)."""
+    run_dir = tmp_path / "run"
+    names = itertools.count()
+
+    def another(prompt):  # a new program every time (a helper of a new name), so none is a duplicate
+        return "```python\n" + parent_code(prompt) + f"\n\ndef _unused_{next(names)}(x):\n    return x\n```"
+
+    with ScriptedLLM([status(400)] * 6 + [reply(another)] * 80) as server:  # 400: not retried
+        out = _atoll(tmp_path, "run", str(_config(tmp_path, server.url, embedded=0.0)), "--run-dir", str(run_dir),
+                     "--no-report")
+    assert out.returncode == 0 and "search completed: 24 evaluations" in out.stdout, out.stdout + out.stderr
+    failing = [line for line in out.stderr.splitlines() if "calls to model 'scripted'" in line]
+    assert len(failing) == 1 and f"the last 5 calls to model 'scripted' at {server.url} failed" in failing[0]
+    assert "HTTP 400: scripted 400" in failing[0], failing
+    back = [line for line in out.stderr.splitlines() if "model 'scripted' answers again" in line]
+    assert len(back) == 1 and re.search(r"after [56] failed calls", back[0]), out.stderr[-2000:]
+    kinds = dict(_rows(run_dir, "SELECT kind, count(*) FROM events WHERE kind LIKE 'llm-%' GROUP BY 1"))
+    assert kinds.get("llm-failing") == 1 and kinds.get("llm-answers-again") == 1, kinds
+    assert len(server.requests) <= 86  # paused while failing: no call beyond the script's steps
+
+
+def test_an_endpoint_that_never_answers_is_paused_not_hammered(tmp_path):
+    """Every call fails at once (HTTP 400, not retried): the model is paused, longer each time,
+    instead of being asked hundreds of times a second until the wall time (94,579 calls in 200 s
+    before), and the run ends at its wall time with what it has."""
+    run_dir = tmp_path / "run"
+    config = _config(tmp_path, "http://127.0.0.1:9/v1", embedded=0.0)
+    config.write_text(config.read_text().replace("max_wall_s = 200", "max_wall_s = 20"))
+    with ScriptedLLM([status(400)], cycle=True) as server:
+        config.write_text(config.read_text().replace("http://127.0.0.1:9/v1", server.url))
+        out = _atoll(tmp_path, "run", str(config), "--run-dir", str(run_dir), "--no-report")
+    assert out.returncode == 0 and "search wall-time: 1 evaluations" in out.stdout, out.stdout + out.stderr
+    assert len(server.requests) <= 5 + 3 * 6, len(server.requests)  # 5, then at most 3 in flight per pause
+    assert sum("calls to model 'scripted'" in line for line in out.stderr.splitlines()) == 1
