@@ -169,7 +169,7 @@ def tree_memory(procs: list, cpu: dict, roles: dict, pss: bool) -> tuple[int, in
     """(sum of RSS, sum of PSS or None) of `procs` (a process and its descendants); records each one's CPU
     seconds in `cpu`.
 
-    PSS makes the kernel walk every mapping (about 2 ms for each Ray process here), so the caller
+    PSS makes the kernel walk every mapping of the process (Ray's have many), so the caller
     asks for it only every few samples: at every sample it would take a few percent of the cores
     the run is measured on."""
     rss = pss_sum = 0
