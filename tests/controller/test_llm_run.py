@@ -164,7 +164,7 @@ def test_an_endpoint_that_never_answers_is_paused_not_hammered(tmp_path):
     before), and the run ends at its wall time with what it has."""
     run_dir = tmp_path / "run"
     config = _config(tmp_path, "http://127.0.0.1:9/v1", embedded=0.0)
-    config.write_text(config.read_text().replace("max_wall_s = 200", "max_wall_s = 20"))
+    config.write_text(config.read_text().replace("max_wall_s = 200", "max_wall_s = 10"))
     with ScriptedLLM([status(400)], cycle=True) as server:
         config.write_text(config.read_text().replace("http://127.0.0.1:9/v1", server.url))
         out = _atoll(tmp_path, "run", str(config), "--run-dir", str(run_dir), "--no-report")
