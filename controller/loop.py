@@ -59,6 +59,7 @@ class Search(EvaluatorPool, Outcomes, LostActors):
         self.seed_error = stored_seed_error(archive, run_id)
         self.dedup = Dedup(self.known, archive.form_hashes(run_id))
         self.proposals = Proposals(config, archive, run_id, self.domain, self.dedup)
+        self.notices = self.proposals.notices  # what the run says on stderr, in order (controller.progress)
         best = self.islands.best()
         self.best_score = best.score if best else None
         self.helm = Helm(archive, run_id)  # pause, resume, stop, budgets, status: the control plane's commands

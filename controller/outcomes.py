@@ -63,7 +63,7 @@ class Outcomes:
         """Count a request that made no child; after UNMADE_STALL in a row, stop asking and say why.
 
         Without this a program the operators cannot change (no number, comparison or arithmetic
-        in its entry point) sent thousands of requests a second, each archived, and the run sat
+        in its entry point) sent hundreds of requests a second, each archived, and the run sat
         at the same count until its wall time ran out."""
         u = self.unmade
         u.in_a_row, u.total, u.reason = u.in_a_row + 1, u.total + 1, reason
@@ -71,18 +71,16 @@ class Outcomes:
             return
         u.stalled = True
         self.events.append(("embedded-stalled", {"requests_in_a_row": u.in_a_row, "reason": reason}))
-        progress = getattr(self, "progress", None)
-        if progress is None or u.said:
+        if u.said:
             return
         u.said = True
         entry = self.domain.entry_point
-        progress.console.print(
+        self.notices.append(
             f"atoll: the embedded mutator made no child from the last {u.in_a_row} requests "
             f"({reason.removeprefix('mutation failed: ')}): its operators change numbers, comparisons, arithmetic "
             f"and branches in {entry}() and PARAMS, and found none to change in these programs. A run with no "
             f"other source of programs ends here, everything kept; give {entry}() numbers to tune (or PARAMS) or "
-            f"add an LLM ([mutator.llm]), then `atoll resume {self.run_dir}`.",
-            highlight=False, markup=False, soft_wrap=True)
+            f"add an LLM ([mutator.llm]), then `atoll resume {self.run_dir}`.")
 
     def _on_eval(self, candidate: Candidate, result: EvalResult) -> None:
         if result.status == Status.OK and result.tuned_params:

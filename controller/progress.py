@@ -36,8 +36,9 @@ class Progress:
             self.live.__exit__(*exc)
 
     def _notices(self) -> None:
-        """What the run's parts asked to say on stderr (e.g. a model whose calls keep failing), in order."""
-        notices = getattr(getattr(self.search, "proposals", None), "notices", None)
+        """What the run's parts asked to say on stderr (a stalled embedded mutator, a model whose calls
+        keep failing), in order."""
+        notices = getattr(self.search, "notices", None)
         while notices:
             self.console.print(notices.pop(0), highlight=False, markup=False, soft_wrap=True)
 

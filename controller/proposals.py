@@ -53,7 +53,7 @@ class Proposals:
         self.parts: dict[str, str] = {}
         self.feedback: dict = {}
         self.events: list = []
-        self.notices: list[str] = []  # said on stderr by the run's progress (controller.progress)
+        self.notices: list[str] = []  # said on stderr by the run's progress (the search's `notices`)
         self.failing: dict[str, int] = {}  # model -> its calls failed in a row
         self.paused_until: dict[str, float] = {}  # model -> monotonic time before which it gets no call
         self.failures: dict[str, deque] = defaultdict(lambda: deque(maxlen=self._shown_failures()))
