@@ -59,7 +59,8 @@ def embedded_check(config, domain):
     row passes and says what a run would do instead."""
     from evaluators.check import Check
     from store.records import MutationRequest
-    from workers.embedded import EmbeddedMutator, MutationFailed
+    from workers._base import MutationFailed
+    from workers.embedded import EmbeddedMutator, no_child_remedy, operators_reach
 
     name = "the embedded mutator changes the seed"
     mutator = EmbeddedMutator.for_domain(config.mutator.embedded, domain)
@@ -72,9 +73,7 @@ def embedded_check(config, domain):
             reason = str(exc)
     if made:
         return Check(name, True, f"{made} of {SEED_REQUESTS} requests made a child")
-    entry = domain.entry_point
-    why = (f"no child in {SEED_REQUESTS} requests ({reason}): its operators change numbers, comparisons, "
-           f"arithmetic and branches in {entry}() and PARAMS")
+    why = f"no child in {SEED_REQUESTS} requests ({reason}): {operators_reach(domain.entry_point)}"
     if config.mutator.llm is not None:
         return Check(name, True, f"{why}; a run leaves the seed to the LLM ([mutator.llm])")
-    return Check(name, False, f"{why}; give {entry}() numbers to tune (or PARAMS), or add an LLM ([mutator.llm])")
+    return Check(name, False, f"{why}; {no_child_remedy(domain.entry_point)}")

@@ -16,6 +16,7 @@ from controller.resume import STARTS
 from evaluators.params import write_params
 from islands.population import Member
 from store.records import Candidate, EvalResult, MutationRequest, Status
+from workers.embedded import no_child_remedy, operators_reach
 
 
 def new_id() -> str:
@@ -77,10 +78,9 @@ class Outcomes:
         entry = self.domain.entry_point
         self.notices.append(
             f"atoll: the embedded mutator made no child from the last {u.in_a_row} requests "
-            f"({reason.removeprefix('mutation failed: ')}): its operators change numbers, comparisons, arithmetic "
-            f"and branches in {entry}() and PARAMS, and found none to change in these programs. A run with no "
-            f"other source of programs ends here, everything kept; give {entry}() numbers to tune (or PARAMS) or "
-            f"add an LLM ([mutator.llm]), then `atoll resume {self.run_dir}`.")
+            f"({reason.removeprefix('mutation failed: ')}): {operators_reach(entry)}, and found none to change in "
+            f"these programs. A run with no other source of programs ends here, everything kept; "
+            f"{no_child_remedy(entry)}, then `atoll resume {self.run_dir}`.")
 
     def _on_eval(self, candidate: Candidate, result: EvalResult) -> None:
         if result.status == Status.OK and result.tuned_params:

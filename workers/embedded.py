@@ -103,6 +103,16 @@ class EmbeddedMutator(Mutator):
         return child
 
 
+def operators_reach(entry_point: str) -> str:
+    """What the operators change, for a message saying why a program got no child."""
+    return f"its operators change numbers, comparisons, arithmetic and branches in {entry_point}() and PARAMS"
+
+
+def no_child_remedy(entry_point: str) -> str:
+    """What a user can do when the operators find nothing to change."""
+    return f"give {entry_point}() numbers to tune (or PARAMS), or add an LLM ([mutator.llm])"
+
+
 def _normalized(code: str) -> str | None:
     """Canonical text of a program (layout and comments dropped), or None if it does not parse."""
     try:
