@@ -10,6 +10,7 @@ actor with `num_gpus` and places the model's mutation worker on the same node.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -47,8 +48,14 @@ class VLLMServer:
         wanted = config.engine
         self.engine = "vllm" if wanted == "vllm" or (wanted == "auto" and has_vllm(self.python)) else "transformers"
         self._proc, self._http, self._lock = None, None, threading.Lock()
-        self.log = Path(tempfile.mkdtemp(prefix="atoll-vllm-")) / "server.log"
-        self._start()
+        # vLLM's own output, for when it fails; kept after shutdown only if the server ever had to be
+        # restarted (the engine stand-in runs in this process and writes none)
+        self.log = Path(tempfile.mkdtemp(prefix="atoll-vllm-")) / "server.log" if self.engine == "vllm" else None
+        try:
+            self._start()
+        except BaseException:
+            self._halt()
+            raise
         self._stop = threading.Event()
         threading.Thread(target=self._watch, args=(check_every_s,), daemon=True).start()
 
@@ -62,7 +69,15 @@ class VLLMServer:
             with open(self.log, "ab") as log:
                 self._proc = subprocess.Popen(vllm_command(self.config, self.python, self.port), env=env,
                                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-            wait_healthy(self.root, self.config.startup_timeout_s, alive=lambda: self._proc.poll() is None)
+            try:
+                wait_healthy(self.root, self.config.startup_timeout_s, alive=lambda: self._proc.poll() is None)
+            except RuntimeError as exc:
+                exited = self._proc.poll()
+                how = f"exited with status {exited}" if exited is not None else "is still not answering"
+                tail = _tail(self.log)  # the reason is usually its last line; the error's last line says it
+                last = next((line.strip() for line in reversed(tail.splitlines()) if line.strip()), "")
+                raise RuntimeError(f"{tail}\n{exc}: vLLM {how}, its log ending {last[:200]!r} "
+                                   f"(the whole log: {self.log})") from None
         else:
             from workers.llm.hf_engine import BatchedEngine, serve
 
@@ -103,12 +118,15 @@ class VLLMServer:
         return ray.get_runtime_context().get_node_id(), f"{self.root}/v1"
 
     def status(self) -> dict:
-        return {"engine": self.engine, "healthy": healthy(self.root), "restarts": self.restarts, "log": str(self.log)}
+        return {"engine": self.engine, "healthy": healthy(self.root), "restarts": self.restarts,
+                "log": str(self.log or "")}
 
     def shutdown(self) -> None:
         self._stop.set()
         with self._lock:
             self._halt()
+        if self.log is not None and self.restarts == 0:
+            shutil.rmtree(self.log.parent, ignore_errors=True)
 
     def kill_for_test(self) -> None:
         """Kill the server process (or stop the engine's HTTP server) behind the watchdog's back."""
@@ -117,3 +135,12 @@ class VLLMServer:
         elif self._http is not None:
             self._http.shutdown()
             self._http.server_close()
+
+
+def _tail(log: Path, lines: int = 20) -> str:
+    """The last lines of vLLM's log (its reason for failing to start is usually there)."""
+    try:
+        text = log.read_bytes()[-8192:].decode(errors="replace")
+    except OSError:
+        return "  (no log)"
+    return "\n".join("  " + line for line in text.splitlines()[-lines:]) or "  (empty)"
