@@ -214,7 +214,7 @@ def run_case(url: str, evals: int, work_ms: float, llm_in_flight: int, extra: li
         for item in extra:
             cmd += ["--set", item]
         if profile and profile.endswith(".pstats"):  # the driver alone, under cProfile
-            cmd[1:3] = ["-c", "import cProfile, sys\nfrom controller.cli import main\nprof = cProfile.Profile()\n"
+            cmd[1:3] = ["-c", "import cProfile, sys\nfrom controller.cli import main\nprof = cProfile.Profile(__import__(\"time\").thread_time)\n"
                         "try:\n    prof.runcall(main, sys.argv[2:])\nfinally:\n    prof.dump_stats(sys.argv[1])",
                         str(Path(profile).resolve())]
         elif profile:  # every process of the tree, as collapsed stacks (py-spy's raw format)
@@ -322,7 +322,7 @@ def main(argv=None) -> None:
     parser.add_argument("--llm-in-flight", type=int, default=4, help="LLM requests in flight (max_in_flight)")
     parser.add_argument("--set", action="append", default=[], help="more config overrides for atoll run")
     parser.add_argument("--profile", metavar="DIR", help="record every process with py-spy into DIR (slower); "
-                             "a path ending in .pstats profiles the driver alone with cProfile")
+                             "a path ending in .pstats profiles the driver alone with cProfile, in CPU time")
     args = parser.parse_args(argv)
     server = StepServer()
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")

@@ -97,8 +97,7 @@ class Search(EvaluatorPool, Outcomes, LostActors):
             return None
         parent_id = candidate.parent_ids[0]
         island = self.islands.islands[candidate.island]
-        member = next((m for m in island.members() if m.program_id == parent_id), None) \
-            if island.contains(parent_id) else None
+        member = island.member(parent_id)
         threshold = member.score if member is not None else self._parent_score(candidate)
         scores = tuple(member.instance_scores) if member is not None else ()
         return RaceSpec(config, parent_id, scores, threshold) if scores or threshold is not None else None

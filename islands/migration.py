@@ -6,14 +6,19 @@ islands are visited never changes the outcome.
 """
 from __future__ import annotations
 
+import heapq
+
 import numpy as np
 
 from islands.population import Island, Member, rank_key
 
 
 def best_members(island: Island, k: int) -> list[Member]:
-    """The `k` best members of an island, best first."""
-    return sorted(island.members(), key=rank_key)[:k]
+    """The `k` best members of an island, best first (ties in the members' order)."""
+    if k == 1:  # the usual case: the island keeps its best at hand
+        best = island.best()
+        return [best] if best is not None else []
+    return heapq.nsmallest(k, island.members(), key=rank_key)
 
 
 def _deliver(islands: list[Island], plan: list[tuple[int, Member]]) -> list[tuple[int, Member]]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from islands.config import IslandsConfig
 from islands.niches import DescriptorGrid, signature_key
 
@@ -30,15 +32,28 @@ class Island:
 
     Each niche keeps at most `max_members_per_niche` members, best first. The
     island never advances its own generation: the caller does, via `advance`.
+
+    The best island of a long run holds thousands of niches, and every proposal draws
+    from one, so the island keeps what a draw needs up to date as members come and
+    go: each niche's best score in one array (in the niches' order), each member's
+    niche, the member count and the best niche. A draw then costs a few vectorised
+    passes, not a walk over every niche and member (`benchmarks/selection_scale.py`).
     """
 
     def __init__(self, island_id: int, config: IslandsConfig):
         self.island_id = island_id
         self.config = config
         self.generation = 0
-        self._niches: dict[tuple, list[Member]] = {}
-        self._ids: set[str] = set()  # program ids of the members, so `contains` does not walk them
         self._grid = DescriptorGrid(config.descriptor_bins, config.descriptor_bounds)
+        self._reset_index()
+
+    def _reset_index(self) -> None:
+        self._niches: dict[tuple, list[Member]] = {}
+        self._keys: list[tuple] = []  # niche keys in the niches' order
+        self._slot: dict[tuple, int] = {}  # niche key -> its place in that order
+        self._scores = np.empty(16)  # each niche's best score, by slot (the first len(self._keys) are used)
+        self._where: dict[str, tuple] = {}  # program id -> its niche's key
+        self._best = -1  # slot of the best niche, -1 when empty
 
     def add(self, member: Member) -> bool:
         """Offer `member` to its niche; True if it became that niche's best.
@@ -54,14 +69,29 @@ class Island:
         return self._insert(self._key(member), member)
 
     def _insert(self, key: tuple, member: Member) -> bool:
-        niche = self._niches.setdefault(key, [])
+        niche = self._niches.get(key)
+        if niche is None:
+            niche = self._niches[key] = []
+            self._slot[key] = len(self._keys)
+            self._keys.append(key)
+            if len(self._keys) > len(self._scores):
+                self._scores = np.concatenate([self._scores, np.empty(len(self._scores))])
         niche.append(member)
-        self._ids.add(member.program_id)
+        self._where[member.program_id] = key
         niche.sort(key=rank_key)
         for dropped in niche[self.config.max_members_per_niche:]:
-            self._ids.discard(dropped.program_id)
+            del self._where[dropped.program_id]
         del niche[self.config.max_members_per_niche:]
-        return niche[0] is member
+        if niche[0] is not member:
+            return False
+        slot = self._slot[key]
+        self._scores[slot] = member.score
+        # a niche's best only ever gets better, so the island's best is the better of the two;
+        # on a tie the earlier niche stays first, as a walk over the niches in order would find
+        if self._best < 0 or (rank_key(member), slot) < (rank_key(self._niches[self._keys[self._best]][0]),
+                                                         self._best):
+            self._best = slot
+        return True
 
     def _key(self, member: Member) -> tuple:
         if self.config.niche == "map_elites":
@@ -70,17 +100,22 @@ class Island:
 
     def _rebin(self) -> None:
         """Learned bounds widened: put every member back into its new cell, in order."""
-        old, self._niches, self._ids = self.members(), {}, set()
+        old = self.members()
+        self._reset_index()
         for member in old:
             self._insert(self._key(member), member)
 
     def contains(self, program_id: str) -> bool:
-        return program_id in self._ids
+        return program_id in self._where
+
+    def member(self, program_id: str) -> Member | None:
+        """The member with this program id, or None if it is not here."""
+        key = self._where.get(program_id)
+        return None if key is None else next(m for m in self._niches[key] if m.program_id == program_id)
 
     def best(self) -> Member | None:
         """The best member of the island, or None when it is empty."""
-        bests = [niche[0] for niche in self._niches.values()]
-        return min(bests, key=rank_key) if bests else None
+        return self._niches[self._keys[self._best]][0] if self._best >= 0 else None
 
     def members(self) -> list[Member]:
         """Every member, niche by niche in the order the niches appeared."""
@@ -90,12 +125,27 @@ class Island:
         """Niche key -> its members, best first (a copy: editing it changes nothing)."""
         return {key: list(niche) for key, niche in self._niches.items()}
 
+    def niche_count(self) -> int:
+        return len(self._keys)
+
+    def niche_scores(self) -> np.ndarray:
+        """Each niche's best score, in the niches' order (read-only view)."""
+        view = self._scores[:len(self._keys)]
+        view.flags.writeable = False
+        return view
+
+    def niche_at(self, slot: int) -> list[Member]:
+        """The members of the niche at `slot` in the niches' order, best first (do not edit)."""
+        return self._niches[self._keys[slot]]
+
+    def slot_of(self, program_id: str) -> int | None:
+        """The place, in the niches' order, of the niche holding `program_id`; None if it is not here."""
+        key = self._where.get(program_id)
+        return None if key is None else self._slot[key]
+
     def niche_of(self, program_id: str) -> tuple | None:
         """The key of the niche holding `program_id`, or None if it is not here."""
-        for key, niche in self._niches.items():
-            if any(m.program_id == program_id for m in niche):
-                return key
-        return None
+        return self._where.get(program_id)
 
     def advance(self) -> int:
         """Count one more generation on this island; returns the new count."""
@@ -104,10 +154,10 @@ class Island:
 
     def clear(self) -> None:
         """Drop every member (a reset); the generation count and learned bounds stay."""
-        self._niches, self._ids = {}, set()
+        self._reset_index()
 
     def __len__(self) -> int:
-        return sum(len(niche) for niche in self._niches.values())
+        return len(self._where)
 
     def state(self) -> dict:
         """Plain data for snapshots, keeping niche order so sampling continues identically."""
@@ -117,8 +167,10 @@ class Island:
     def restore(self, state: dict) -> None:
         self.generation = state["generation"]
         self._grid.restore(state["grid"])
-        self._niches = {tuple(key): [member_from_state(m) for m in niche] for key, niche in state["niches"]}
-        self._ids = {m.program_id for m in self.members()}
+        self._reset_index()
+        for key, niche in state["niches"]:
+            for m in niche:  # in stored order, best first: each niche keeps its order and its best
+                self._insert(tuple(key), member_from_state(m))
 
 
 def member_state(member: Member) -> list:

@@ -34,9 +34,8 @@ def select_parent(island: Island, rng: np.random.Generator, temperature: float) 
     _require_members(island)
     if not temperature > 0:
         raise ValueError(f"temperature must be positive, got {temperature}")
-    niches = list(island.niches().values())
-    scores = np.array([niche[0].score for niche in niches], dtype=float)
-    chosen = niches[rng.choice(len(niches), p=softmax(normalise(scores) / temperature))]
+    scores = island.niche_scores()
+    chosen = island.niche_at(int(rng.choice(len(scores), p=softmax(normalise(scores) / temperature))))
     return _shortest_favoured(chosen, rng)
 
 
@@ -59,13 +58,15 @@ def select_inspirations(island: Island, rng: np.random.Generator, k: int,
     """
     if k <= 0:
         return []
-    own = island.niche_of(exclude_id) if exclude_id is not None else None
-    others = [niche[0] for key, niche in island.niches().items() if key != own]
-    shown = {m.program_id for m in others} | {exclude_id}  # ids are unique on an island
-    rest = [m for m in island.members() if m.program_id not in shown]
-    picked = _shuffled(others, rng)[:k]
-    return picked + _shuffled(rest, rng)[:k - len(picked)]
-
-
-def _shuffled(members: list[Member], rng: np.random.Generator) -> list[Member]:
-    return [members[i] for i in rng.permutation(len(members))]
+    own = island.slot_of(exclude_id) if exclude_id is not None else None
+    others = island.niche_count() - (own is not None)
+    # the same draws as shuffling the list of the other niches' bests, without building it
+    order = rng.permutation(others)[:k]
+    picked = [island.niche_at(int(i) + (own is not None and i >= own))[0] for i in order]
+    rest = len(island) - others - (own is not None)  # members neither shown above nor the parent
+    order = rng.permutation(rest)[:k - len(picked)]
+    if len(order):  # fewer other niches than k, all picked: walk the members (there are few niches then)
+        shown = {m.program_id for m in picked} | {exclude_id}
+        remaining = [m for m in island.members() if m.program_id not in shown]
+        picked += [remaining[int(i)] for i in order]
+    return picked

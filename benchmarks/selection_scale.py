@@ -1,0 +1,76 @@
+"""The driver's population work per proposal as an island grows.
+
+Every proposal draws a parent and its inspirations from an island, and the loop asks
+for the best member on every pass. With signature niches (the default), nearly every
+program that scores differently on some instance opens a niche of its own, and only
+the weaker half of the islands is ever reset, so the best islands of a long run hold
+thousands of niches. This script fills one island with N niches of 2 KB programs and
+prints, per proposal, the microseconds of `Archipelago.next_parent` (parent and
+inspirations), of `Archipelago.best` over 4 islands, and of adding one member.
+
+    python3 benchmarks/selection_scale.py [--niches 100 1000 10000 100000]
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from islands.archipelago import Archipelago  # noqa: E402
+from islands.config import IslandsConfig  # noqa: E402
+from islands.population import Member  # noqa: E402
+
+
+def filled(niches: int, seed: int = 0) -> Archipelago:
+    """4 islands; island 0 holds `niches` niches of one member each (2 per-instance scores apiece)."""
+    rng = np.random.default_rng(seed)
+    arch = Archipelago(IslandsConfig(count=4), seed + 1)
+    scores = rng.normal(size=(niches, 2)).round(3)
+    for i, (a, b) in enumerate(scores):
+        arch.add_result(0, Member(f"p{i}", float(a + b), "x" * 2000, 1, (float(a), float(b)), ()))
+    for island in range(1, 4):
+        arch.add_result(island, Member(f"s{island}", 0.0, "x" * 2000, 1, (0.0, 0.0), ()))
+    return arch
+
+
+def _add_worse(arch: Archipelago, i: int) -> None:
+    """A new niche below every other, as most children of a long run are."""
+    arch.add_result(0, Member(f"n{i}", -50.0 - i, "x" * 2000, 1, (-50.0 - i, 0.0), ()))
+
+
+def per_call_us(fn, budget_s: float = 1.0, least: int = 20) -> float:
+    calls, start = 0, time.perf_counter()
+    while calls < least or time.perf_counter() - start < budget_s:
+        fn()
+        calls += 1
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--niches", type=int, nargs="+", default=[100, 1000, 10000, 100000])
+    args = parser.parse_args()
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    for n in args.niches:
+        start = time.perf_counter()
+        arch = filled(n)
+        fill_s = time.perf_counter() - start
+        niches = len(arch.islands[0].niches())
+        parent = per_call_us(lambda arch=arch: arch.next_parent(0))
+        best = per_call_us(arch.best)
+        counter = itertools.count()
+        added = per_call_us(lambda arch=arch, counter=counter: _add_worse(arch, next(counter)))
+        print(f"{niches:>7,} niches: next_parent (parent + 2 inspirations) {parent:8.1f} µs, best over 4 islands "
+              f"{best:7.1f} µs, add a member {added:7.1f} µs (filling took {fill_s:.1f} s)", flush=True)
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
