@@ -22,7 +22,10 @@ from workers.normal_form import normal_form
 @functools.lru_cache(maxsize=512)  # a proposal is checked, then added, then added again as evaluated
 def form_hash(code: str) -> str | None:
     """The 16-hex-digit hash of `code`'s normal form, or None if it does not parse."""
-    form = normal_form(code)
+    return _hashed(normal_form(code))
+
+
+def _hashed(form: str | None) -> str | None:
     return None if form is None else hashlib.sha256(form.encode()).hexdigest()[:16]
 
 
@@ -33,13 +36,26 @@ class Dedup:
         self.exact = exact if exact is not None else HashSet()  # shared with the loop's `known`
         self.forms = HashSet(int(h, 16) for h in forms if h and len(h) == 16)
         self.saved: Counter = Counter()
+        self._given: dict[str, str | None] = {}  # code -> hash of the normal form its worker sent
 
-    def check(self, code: str) -> str | None:
-        """'exact' or 'normal_form' when `code` was tried already (and counts it), else None."""
+    def _form(self, code: str) -> str | None:
+        given = self._given.get(code, False)
+        return form_hash(code) if given is False else given
+
+    def check(self, code: str, form: str | None = None) -> str | None:
+        """'exact' or 'normal_form' when `code` was tried already (and counts it), else None.
+
+        `form`: the program's normal form when the worker that made it computed it already
+        (an LLM worker does, for its own check), so the driver does not parse it again; it
+        is kept for the `add` calls that follow."""
+        if form is not None:
+            if len(self._given) >= 1024:  # only the next few seconds need it: without it, it is recomputed
+                self._given.clear()
+            self._given[code] = _hashed(form)
         if code_hash(code) in self.exact:
             self.saved["exact"] += 1
             return "exact"
-        form = form_hash(code)
+        form = self._form(code)
         if form is not None and form in self.forms:
             self.saved["normal_form"] += 1
             return "normal_form"
@@ -47,13 +63,13 @@ class Dedup:
 
     def tried(self, code: str) -> bool:
         """Whether `code` (or its normal form) was tried; unlike `check`, counts nothing as saved."""
-        form = form_hash(code)
+        form = self._form(code)
         return code_hash(code) in self.exact or (form is not None and form in self.forms)
 
     def add(self, code: str) -> str | None:
         """Remember `code` as tried; returns its normal form's hash (None if it does not parse)."""
         self.exact.add(code_hash(code))
-        form = form_hash(code)
+        form = self._form(code)
         if form is not None:
             self.forms.add(form)
         return form

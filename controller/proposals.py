@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from collections import defaultdict, deque
+from collections import OrderedDict, defaultdict, deque
 
 import numpy as np
 import ray
@@ -32,6 +32,36 @@ INVALID_KINDS = ("unparseable", "did_not_apply", "invalid_program")
 # Calls of one model failed in a row (each after its retries) before the run says so on stderr and
 # pauses the model: 1 s, then twice as long after each further failure, up to LLM_PAUSE_MAX_S
 LLM_FAILING, LLM_PAUSE_MAX_S = 5, 60.0
+# Programs whose prompt feedback, and parents whose recent failures, the driver keeps in memory
+# (the most recently used; the rest are read back from the archive): a week-long run evaluates
+# millions, and each one's feedback is a few KB
+FEEDBACK_KEPT, FAILURES_KEPT = 4096, 16384
+
+
+class Recent(OrderedDict):
+    """A dict that keeps only its `size` most recently set or looked-up (`[]`) entries; with a
+    `factory`, a missing key looked up with `[]` is set to a new value, as in a defaultdict."""
+
+    def __init__(self, size: int, factory=None):
+        super().__init__()
+        self.size, self.factory = size, factory
+
+    def __getitem__(self, key):
+        value = super().__getitem__(key)
+        self.move_to_end(key)
+        return value
+
+    def __missing__(self, key):
+        if self.factory is None:
+            raise KeyError(key)
+        self[key] = value = self.factory()
+        return value
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        self.move_to_end(key)
+        while len(self) > self.size:
+            self.popitem(last=False)
 
 
 def _id() -> str:
@@ -51,12 +81,13 @@ class Proposals:
         self.rows: list[dict] = []
         self._writing = 0  # how many of `rows` the commit in progress writes (`calls_to_write`)
         self.parts: dict[str, str] = {}
-        self.feedback: dict = {}
+        self.feedback = Recent(FEEDBACK_KEPT)  # program id -> Feedback (None: no search row)
+        self.evaluated = Recent(FEEDBACK_KEPT)  # program id -> (EvalResult, code): feedback made when asked
         self.events: list = []
         self.notices: list[str] = []  # said on stderr by the run's progress (the search's `notices`)
         self.failing: dict[str, int] = {}  # model -> its calls failed in a row
         self.paused_until: dict[str, float] = {}  # model -> monotonic time before which it gets no call
-        self.failures: dict[str, deque] = defaultdict(lambda: deque(maxlen=self._shown_failures()))
+        self.failures = Recent(FAILURES_KEPT, lambda: deque(maxlen=self._shown_failures()))
         if self.llm is not None:
             self._restore()
 
@@ -148,12 +179,18 @@ class Proposals:
                            inspirations, failures, cfg.edit_format, shown.max_code_chars)
 
     def _feedback(self, program_id: str, code: str):
-        """The parent's search-split feedback (from memory, else from the archive's search row)."""
-        if program_id not in self.feedback:
+        """The parent's search-split feedback: made once when first asked, from its result if it is
+        recent, else from the archive's search row (None when it has none)."""
+        if program_id in self.feedback:
+            return self.feedback[program_id]
+        if program_id in self.evaluated:
+            result, code = self.evaluated.pop(program_id)
+            row = vars(result)
+        else:
             row = self.archive.evaluation(program_id, "search")
-            self.feedback[program_id] = from_result(dict(row, split="search"), code,
-                                                    self.llm.prompt.worst_instances) if row else None
-        return self.feedback[program_id]
+            row = dict(row, split="search") if row else None
+        self.feedback[program_id] = found = from_result(row, code, self.llm.prompt.worst_instances) if row else None
+        return found
 
     # --- outcomes ---------------------------------------------------------------------
     def on_outcome(self, ref, job: LLMJob) -> list[tuple]:
@@ -182,7 +219,7 @@ class Proposals:
         else:
             self._failed(job.model, outcome.reason)
         if status == OK:
-            why = self.dedup.check(outcome.code)
+            why = self.dedup.check(outcome.code, outcome.form or None)
             if why:
                 status, child = "duplicate", None
                 self.events.append(("duplicate", {"island": job.island, "operator": outcome.operator, "by": why}))
@@ -267,8 +304,8 @@ class Proposals:
         if result.split != "search":
             return
         if result.status == Status.OK:
-            self.feedback[candidate.program_id] = from_result(vars(result), candidate.code,
-                                                              self.llm.prompt.worst_instances) if self.llm else None
+            if self.llm:  # most children are never a parent: their feedback is made only if asked for
+                self.evaluated[candidate.program_id] = (result, candidate.code)
         elif candidate.parent_ids:
             self.failures[candidate.parent_ids[0]].append((result.status.value, result.error or ""))
         if self.llm and candidate.mutator.startswith(PREFIX) and result.status == Status.OK:

@@ -30,13 +30,13 @@ class ParamSpec:
     high: float
 
 
-def read_params(code: str) -> dict[str, ParamSpec]:
-    """Parse the program's PARAMS into specs, in declaration order.
+def read_params(code: str, tree: ast.Module | None = None) -> dict[str, ParamSpec]:
+    """Parse the program's PARAMS into specs, in declaration order (`tree`: `code` already parsed).
 
     A missing PARAMS means no parameters. A default outside its range is clipped,
     since tuning may have drifted it; anything else malformed raises.
     """
-    node = _params_node(_parse(code))
+    node = _params_node(tree if tree is not None else _parse(code))
     if node is None:
         return {}
     if not isinstance(node.value, ast.Dict):

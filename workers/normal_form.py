@@ -18,6 +18,12 @@ def normal_form(code: str) -> str | None:
         tree = ast.parse(code)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return None
+    return form_of(tree)
+
+
+def form_of(tree: ast.Module) -> str:
+    """`normal_form` of a program already parsed, for callers that parsed it for other checks
+    (one parse instead of two); the tree is normalised in place, so use it for nothing after."""
     _Normalizer().visit(tree)
     return hashlib.sha256(ast.dump(tree).encode()).hexdigest()[:16]
 

@@ -66,3 +66,26 @@ def test_prompt_parts_are_stored_once(tmp_path):
     usage = archive.con.execute("SELECT model, calls, ok, unparseable, children_ok, improvements FROM llm_usage "
                                 "ORDER BY model").fetchall()
     assert usage == [("a", 2, 2, 0, 1, 1), ("b", 1, 0, 1, 0, 0)]
+
+
+def test_the_driver_keeps_recent_feedback_and_failures_only_and_reads_older_feedback_back(tmp_path, monkeypatch):
+    from controller import proposals
+
+    monkeypatch.setattr(proposals, "FEEDBACK_KEPT", 8)
+    monkeypatch.setattr(proposals, "FAILURES_KEPT", 8)
+    archive = _archive(tmp_path)
+    kept = Proposals(_config(["a"]), archive, RUN, get_domain("inventory"), Dedup())
+    code = "PARAMS = {'k': (1.0, 0.0, 2.0)}\n\ndef policy(s, p):\n    return p['k']\n"
+    for i in range(100):  # a long run's children, each evaluated once; each a parent's failure too
+        child = Candidate(f"k{i}", RUN, 0, 1, (f"parent{i}",), code, "llm:a", time.time())
+        kept.on_evaluated(child, EvalResult(f"k{i}", "search", Status.OK, score=-float(i)), None)
+        kept.on_evaluated(child, EvalResult(f"k{i}", "search", Status.TIMEOUT, error="slow"), None)
+    assert len(kept.evaluated) == 8 and len(kept.failures) == 8 and not kept.feedback
+    assert list(kept.failures["parent99"]) == [("TIMEOUT", "slow")] and "parent0" not in kept.failures
+    recent = kept._feedback("k99", code)  # made now, from the result in memory
+    assert recent.score == -99.0 and recent.params == (("k", "1 in [0, 2]"),) and "k99" not in kept.evaluated
+    assert kept._feedback("c1", "def policy(s, p):\n    return 2\n").score == -0.9  # long gone: the archive's row
+    assert kept._feedback("k0", code) is None  # neither in memory nor committed
+    for i in range(20):
+        kept._feedback(f"k{80 + i}", code)
+    assert len(kept.feedback) == 8

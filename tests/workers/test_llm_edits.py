@@ -84,3 +84,20 @@ def test_bad_replies_end_with_their_status_and_reason(reply, status, reason):
     with pytest.raises(EditError) as caught:
         child_from_reply(reply, PARENT, "policy")
     assert caught.value.status == status and reason in caught.value.reason
+
+
+def test_the_checked_childs_normal_form_is_the_one_the_driver_would_compute():
+    from controller.dedup import Dedup, form_hash
+    from workers.llm.edits import check_child
+    from workers.normal_form import normal_form
+
+    form = check_child(WANT, PARENT, "policy")
+    assert form == normal_form(WANT) and form != normal_form(PARENT)
+    assert check_child(WANT, PARENT, "policy") == form  # the parent's part is cached: the same answer
+    other = PARENT.replace("def policy(state, params)", "def act(state, params)")  # same text, other entry point
+    with pytest.raises(EditError, match="no top-level def act"):
+        check_child(WANT, other, "act")
+    dedup = Dedup()
+    assert dedup.check(WANT, form) is None and dedup.add(WANT) == form_hash(WANT)
+    layout = WANT.replace("import numpy as np\n", "import numpy as np\n\n# a comment\n")
+    assert dedup.check(layout) == "normal_form"  # computed by the driver: the same key as the worker's

@@ -10,11 +10,12 @@ shown to the next prompt for the same parent.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from dataclasses import dataclass
 
 from evaluators.params import ProgramFormatError, read_params
-from workers.normal_form import normal_form
+from workers.normal_form import form_of
 
 UNPARSEABLE, DID_NOT_APPLY, INVALID_PROGRAM = "unparseable", "did_not_apply", "invalid_program"
 
@@ -130,11 +131,13 @@ def _parses(code: str) -> bool:
     return True
 
 
-def check_child(child: str, parent: str, entry_point: str) -> None:
-    """Raise EditError(INVALID_PROGRAM) unless the child is valid Python that keeps the contract:
-    `entry_point` at the top level with the parent's positional arity, returning a value, reading
-    only the params that a well-formed PARAMS declares, and no call at the top level (it would run
-    at load); a child with the parent's normal form did not apply."""
+def check_child(child: str, parent: str, entry_point: str) -> str:
+    """The child's normal form (`workers.normal_form`) if it is valid Python that keeps the
+    contract: `entry_point` at the top level with the parent's positional arity, returning a
+    value, reading only the params that a well-formed PARAMS declares, and no call at the top
+    level (it would run at load); else EditError(INVALID_PROGRAM). A child with the parent's
+    normal form did not apply (EditError(DID_NOT_APPLY)). The child is parsed once; what the
+    parent gives is kept for the next children of the same parent."""
     try:
         tree = ast.parse(child)
     except SyntaxError as exc:
@@ -144,14 +147,14 @@ def check_child(child: str, parent: str, entry_point: str) -> None:
     func = _function(tree, entry_point)
     if func is None:
         raise EditError(INVALID_PROGRAM, f"breaks the contract: no top-level def {entry_point}(...)")
-    want = _arity(_function(ast.parse(parent), entry_point))
+    want, parent_form = _parent(parent, entry_point)
     if want is not None and _arity(func) != want:
         raise EditError(INVALID_PROGRAM, f"breaks the contract: {entry_point}() must take {want} "
                                          f"positional arguments, not {_arity(func)}")
     if not any(isinstance(node, ast.Return) and node.value is not None for node in ast.walk(func)):
         raise EditError(INVALID_PROGRAM, f"breaks the contract: {entry_point}() returns nothing")
     try:
-        declared = read_params(child)
+        declared = read_params(child, tree)
     except ProgramFormatError as exc:
         raise EditError(INVALID_PROGRAM, f"breaks the contract: {exc}") from None
     undeclared = sorted(_params_read(func) - set(declared))
@@ -162,9 +165,21 @@ def check_child(child: str, parent: str, entry_point: str) -> None:
     if calls:
         raise EditError(INVALID_PROGRAM, f"breaks the contract: a call at the top level (line {calls[0]}) "
                                          "would run when the program loads")
-    if normal_form(child) == normal_form(parent):
+    form = form_of(tree)  # last: it normalises the tree in place
+    if form == parent_form:
         raise EditError(DID_NOT_APPLY, "the edit leaves the program unchanged (only layout, comments, "
                                        "docstrings or PARAMS defaults differ, and tuning resets those)")
+    return form
+
+
+@functools.lru_cache(maxsize=64)  # a worker's jobs share parents: the islands' best few are drawn often
+def _parent(parent: str, entry_point: str) -> tuple[int | None, str | None]:
+    """(positional arity of the parent's entry point, the parent's normal form)."""
+    try:
+        tree = ast.parse(parent)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None, None
+    return _arity(_function(tree, entry_point)), form_of(tree)
 
 
 def _params_read(func: ast.FunctionDef) -> set[str]:

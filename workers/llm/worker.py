@@ -60,6 +60,7 @@ class LLMOutcome:
     edit_kind: str = ""
     reason: str = ""
     diagnosis: str = ""
+    form: str = ""  # the child's normal form (`workers.normal_form`) when it is OK: the driver's dedup uses it
 
     @property
     def operator(self) -> str:
@@ -88,11 +89,11 @@ class LLMWorker:
         if result.status != OK:
             calls.append(self._record(job.call_ids[1], "edit", prompt, result, result.status, result.error))
             return LLMOutcome(job, tuple(calls), result.status, reason=result.error, diagnosis=diagnosis)
-        code, kind, error = _child(result.text, job.prompt)
+        code, kind, form, error = _child(result.text, job.prompt)
         status = error.status if error else OK
         calls.append(self._record(job.call_ids[1], "edit", prompt, result, status, error.reason if error else ""))
         return LLMOutcome(job, tuple(calls), status, code=code, edit_kind=kind,
-                          reason=error.reason if error else "", diagnosis=diagnosis)
+                          reason=error.reason if error else "", diagnosis=diagnosis, form=form)
 
     def complete(self, call_id: str, text: str, kind: str = "variant") -> CallRecord:
         """One plain call with `text` as the user message (e.g. rewriting a prompt variant); the
@@ -113,15 +114,15 @@ class LLMWorker:
         return True
 
 
-def _child(reply: str, p: PromptInput) -> tuple[str, str, EditError | None]:
-    """(code, edit kind, error): the checked child; or, for an INVALID candidate, the child that
-    failed its check, or the reply itself when it gave no child at all."""
+def _child(reply: str, p: PromptInput) -> tuple[str, str, str, EditError | None]:
+    """(code, edit kind, normal form, error): the checked child; or, for an INVALID candidate, the
+    child that failed its check, or the reply itself when it gave no child at all."""
     child, kind = reply, ""
     try:
         edit = parse_reply(reply, p.entry_point)
         kind = edit.kind
         child = apply_edit(p.parent_code, edit)
-        check_child(child, p.parent_code, p.entry_point)
+        form = check_child(child, p.parent_code, p.entry_point)
     except EditError as exc:
-        return (child if exc.status == INVALID_PROGRAM else reply), kind, exc
-    return child, kind, None
+        return (child if exc.status == INVALID_PROGRAM else reply), kind, "", exc
+    return child, kind, form, None
