@@ -6,7 +6,9 @@ program that scores differently on some instance opens a niche of its own, and o
 the weaker half of the islands is ever reset, so the best islands of a long run hold
 thousands of niches. This script fills one island with N niches of 2 KB programs and
 prints, per proposal, the microseconds of `Archipelago.next_parent` (parent and
-inspirations), of `Archipelago.best` over 4 islands, and of adding one member.
+inspirations), of `Archipelago.best` over 4 islands, and of adding one member, then the
+size of the islands' snapshot (every member's code; a run writes one every 3 s) and the
+time to pack it. `islands.max_niches` (1,000 by default) bounds what a run reaches.
 
     python3 benchmarks/selection_scale.py [--niches 100 1000 10000 100000]
 """
@@ -23,6 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from controller.resume import islands_snapshot  # noqa: E402
 from islands.archipelago import Archipelago  # noqa: E402
 from islands.config import IslandsConfig  # noqa: E402
 from islands.population import Member  # noqa: E402
@@ -31,7 +34,7 @@ from islands.population import Member  # noqa: E402
 def filled(niches: int, seed: int = 0) -> Archipelago:
     """4 islands; island 0 holds `niches` niches of one member each (2 per-instance scores apiece)."""
     rng = np.random.default_rng(seed)
-    arch = Archipelago(IslandsConfig(count=4), seed + 1)
+    arch = Archipelago(IslandsConfig(count=4, max_niches=1_000_000), seed + 1)  # no bound: the scale itself
     scores = rng.normal(size=(niches, 2)).round(3)
     for i, (a, b) in enumerate(scores):
         arch.add_result(0, Member(f"p{i}", float(a + b), "x" * 2000, 1, (float(a), float(b)), ()))
@@ -65,10 +68,14 @@ def main() -> None:
         niches = len(arch.islands[0].niches())
         parent = per_call_us(lambda arch=arch: arch.next_parent(0))
         best = per_call_us(arch.best)
+        start = time.perf_counter()
+        size = len(islands_snapshot(arch, 0))
+        packed = time.perf_counter() - start
         counter = itertools.count()
         added = per_call_us(lambda arch=arch, counter=counter: _add_worse(arch, next(counter)))
         print(f"{niches:>7,} niches: next_parent (parent + 2 inspirations) {parent:8.1f} µs, best over 4 islands "
-              f"{best:7.1f} µs, add a member {added:7.1f} µs (filling took {fill_s:.1f} s)", flush=True)
+              f"{best:7.1f} µs, add a member {added:7.1f} µs; snapshot {size / 2**20:.1f} MiB packed in "
+              f"{packed * 1000:.0f} ms (filling took {fill_s:.1f} s)", flush=True)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

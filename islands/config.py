@@ -21,6 +21,11 @@ class IslandsConfig(BaseModel):
         default_factory=list,
         description="[low, high] per descriptor dimension; descriptors are clipped into them. "
                     "Empty means learn the range from the descriptors seen so far.")
+    max_niches: int = Field(
+        1000, ge=1, le=1_000_000,
+        description="Niches an island keeps: a new niche past it replaces the one with the worst best score, "
+                    "or is not kept if it scores below that. Nearly every new signature opens a niche, so "
+                    "without a bound a long run's islands would grow with every evaluation.")
     max_members_per_niche: int = Field(
         1, ge=1, le=1000, description="Members kept per niche, best first; 1 means the niche keeps only its best.")
     parent_temperature: float = Field(

@@ -30,8 +30,10 @@ def rank_key(member: Member) -> tuple:
 class Island:
     """A population split into niches (score-signature clusters or MAP-Elites cells).
 
-    Each niche keeps at most `max_members_per_niche` members, best first. The
-    island never advances its own generation: the caller does, via `advance`.
+    Each niche keeps at most `max_members_per_niche` members, best first, and the island
+    at most `max_niches` niches: past it, a new niche takes the place of the one whose best
+    scores worst, or is not kept when it scores below that. The island never advances its
+    own generation: the caller does, via `advance`.
 
     The best island of a long run holds thousands of niches, and every proposal draws
     from one, so the island keeps what a draw needs up to date as members come and
@@ -71,6 +73,11 @@ class Island:
     def _insert(self, key: tuple, member: Member) -> bool:
         niche = self._niches.get(key)
         if niche is None:
+            if len(self._keys) >= self.config.max_niches:  # full: the worst niche makes room, or none is made
+                worst = int(np.argmin(self.niche_scores()))
+                if member.score < self._scores[worst]:
+                    return False
+                self._evict(worst)
             niche = self._niches[key] = []
             self._slot[key] = len(self._keys)
             self._keys.append(key)
@@ -92,6 +99,21 @@ class Island:
                                                          self._best):
             self._best = slot
         return True
+
+    def _evict(self, slot: int) -> None:
+        """Drop the niche at `slot` and its members; the other niches keep their order."""
+        key = self._keys.pop(slot)
+        for m in self._niches.pop(key):
+            del self._where[m.program_id]
+        del self._slot[key]
+        for later in self._keys[slot:]:
+            self._slot[later] -= 1
+        count = len(self._keys)
+        self._scores[slot:count] = self._scores[slot + 1:count + 1]
+        if self._best > slot:
+            self._best -= 1
+        elif self._best == slot:  # only on a tie between the best and the worst score: find it again
+            self._best = min(range(count), key=lambda i: (rank_key(self.niche_at(i)[0]), i)) if count else -1
 
     def _key(self, member: Member) -> tuple:
         if self.config.niche == "map_elites":

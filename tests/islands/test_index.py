@@ -63,7 +63,8 @@ def check(island, rng):
     IslandsConfig(signature_decimals=1),
     IslandsConfig(signature_decimals=1, max_members_per_niche=3),
     IslandsConfig(niche="map_elites", descriptor_bins=3, max_members_per_niche=2),
-], ids=["signature", "signature-3-per-niche", "map-elites-learned-bounds"])
+    IslandsConfig(signature_decimals=1, max_members_per_niche=2, max_niches=7),
+], ids=["signature", "signature-3-per-niche", "map-elites-learned-bounds", "7-niches-at-most"])
 def test_the_index_draws_exactly_what_walking_the_niches_draws(config):
     rng = np.random.default_rng(7)
     island = Island(0, config)
@@ -107,3 +108,25 @@ def test_on_a_tie_the_best_is_the_earlier_niches_as_a_walk_finds_it():
     for pid, score, signature, best in added:
         island.add(Member(pid, score, "xx", 1, (signature,), ()))
         assert island.best() == best_by_walking(island) and island.best().program_id == best, pid
+
+
+def test_a_full_island_keeps_its_best_niches_and_refuses_worse_newcomers():
+    island = Island(0, IslandsConfig(max_niches=5))
+    rng = np.random.default_rng(11)
+    added = []
+    for i, score in enumerate(rng.normal(size=60)):
+        member = Member(f"p{i}", float(score), "x", 1, (float(i),), ())  # each its own niche
+        kept = island.add(member)
+        added.append(member)
+        best5 = sorted(added, key=rank_key)[:5]
+        assert kept == (member in best5) and island.contains(member.program_id) == kept
+        assert sorted(island.members(), key=rank_key) == best5 and island.best() == best5[0]
+        assert island.niche_count() == len(island) == min(i + 1, 5)
+    again = Island(0, IslandsConfig(max_niches=3))  # a resume with a lower bound keeps the best 3
+    again.restore(island.state())
+    assert again.members() == [m for m in island.members() if m in sorted(island.members(), key=rank_key)[:3]]
+    tied = Island(0, IslandsConfig(max_niches=3))  # the best is the worst too: it is found again
+    for i, code in enumerate(["x", "xxx", "xx", "xxxx"]):  # all score 1.0; the shortest code ranks first
+        tied.add(Member(f"t{i}", 1.0, code, 1, (float(i),), ()))
+        assert tied.best() == best_by_walking(tied)
+    assert tied.best().program_id == "t2"
