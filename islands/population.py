@@ -112,7 +112,7 @@ class Island:
         self._scores[slot:count] = self._scores[slot + 1:count + 1]
         if self._best > slot:
             self._best -= 1
-        elif self._best == slot:  # only on a tie between the best and the worst score: find it again
+        elif self._best == slot:  # the worst is the best only when every niche scores the same: find it again
             self._best = min(range(count), key=lambda i: (rank_key(self.niche_at(i)[0]), i)) if count else -1
 
     def _key(self, member: Member) -> tuple:
