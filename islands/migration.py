@@ -22,12 +22,14 @@ def best_members(island: Island, k: int) -> list[Member]:
 
 
 def _deliver(islands: list[Island], plan: list[tuple[int, Member]]) -> list[tuple[int, Member]]:
-    """Copy each planned migrant to its destination; returns those that were new there."""
+    """Copy each planned migrant to its destination; returns those that were new there and were kept
+    (a full island keeps no migrant that scores below its worst niche)."""
     moved = []
     for dest, member in plan:
         if not islands[dest].contains(member.program_id):
             islands[dest].add(member)
-            moved.append((dest, member))
+            if islands[dest].contains(member.program_id):
+                moved.append((dest, member))
     return moved
 
 

@@ -130,3 +130,13 @@ def test_a_full_island_keeps_its_best_niches_and_refuses_worse_newcomers():
         tied.add(Member(f"t{i}", 1.0, code, 1, (float(i),), ()))
         assert tied.best() == best_by_walking(tied)
     assert tied.best().program_id == "t2"
+
+
+def test_a_full_island_refuses_a_weaker_migrant_and_migration_does_not_count_it():
+    strong, weak = (Island(i, IslandsConfig(max_niches=2)) for i in range(2))
+    for i, score in enumerate([5.0, 6.0]):
+        strong.add(Member(f"s{i}", score, "x", 1, (float(i),), ()))
+    weak.add(Member("w", 1.0, "x", 1, (9.0,), ()))
+    moved = ring_migration([weak, strong], 1)  # weak's best goes to strong, strong's to weak
+    assert [(dest, m.program_id) for dest, m in moved] == [(0, "s1")]
+    assert not strong.contains("w") and len(strong) == 2
