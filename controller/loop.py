@@ -60,6 +60,11 @@ class Search(EvaluatorPool, Outcomes, LostActors):
         self.dedup = Dedup(self.known, archive.form_hashes(run_id))
         self.proposals = Proposals(config, archive, run_id, self.domain, self.dedup)
         self.notices = self.proposals.notices  # what the run says on stderr, in order (controller.progress)
+        if self.islands.dropped:  # a run saved with more niches than islands.max_niches now allows
+            self.notices.append(
+                f"atoll: islands.max_niches = {config.islands.max_niches}: the resumed islands keep their best "
+                f"{config.islands.max_niches} niches each ({self.islands.dropped} dropped); to keep more, "
+                "resume with --set islands.max_niches=N")
         best = self.islands.best()
         self.best_score = best.score if best else None
         self.helm = Helm(archive, run_id)  # pause, resume, stop, budgets, status: the control plane's commands

@@ -30,6 +30,7 @@ class Archipelago:
         self.islands = [Island(i, config) for i in range(config.count)]
         self.results_seen = 0  # results passed to on_generation, failed ones included
         self._turn = 0
+        self.dropped = 0  # niches of a restored snapshot that `max_niches` left no room for
 
     def add_result(self, island_id: int, member: Member) -> bool:
         """Add an evaluated program to an island; True if it became its niche's best."""
@@ -117,8 +118,8 @@ class Archipelago:
         archipelago = cls(config, seed=0)
         archipelago.rng.bit_generator.state = json.loads(state["rng"])
         archipelago.results_seen, archipelago._turn = state["results_seen"], state["turn"]
-        for island, island_state in zip(archipelago.islands, state["islands"]):
-            island.restore(island_state)
+        archipelago.dropped = sum(island.restore(island_state)
+                                  for island, island_state in zip(archipelago.islands, state["islands"]))
         return archipelago
 
     @classmethod

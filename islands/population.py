@@ -186,13 +186,15 @@ class Island:
         return {"generation": self.generation, "grid": self._grid.state(),
                 "niches": [[list(key), [member_state(m) for m in niche]] for key, niche in self._niches.items()]}
 
-    def restore(self, state: dict) -> None:
+    def restore(self, state: dict) -> int:
+        """Back to a `state()`; returns how many of its niches `max_niches` did not leave room for."""
         self.generation = state["generation"]
         self._grid.restore(state["grid"])
         self._reset_index()
         for key, niche in state["niches"]:
             for m in niche:  # in stored order, best first: each niche keeps its order and its best
                 self._insert(tuple(key), member_from_state(m))
+        return len(state["niches"]) - len(self._keys)
 
 
 def member_state(member: Member) -> list:

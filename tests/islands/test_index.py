@@ -140,3 +140,15 @@ def test_a_full_island_refuses_a_weaker_migrant_and_migration_does_not_count_it(
     moved = ring_migration([weak, strong], 1)  # weak's best goes to strong, strong's to weak
     assert [(dest, m.program_id) for dest, m in moved] == [(0, "s1")]
     assert not strong.contains("w") and len(strong) == 2
+
+
+def test_a_snapshot_restored_under_a_lower_bound_says_how_many_niches_it_dropped():
+    from islands.archipelago import Archipelago
+
+    wide = Archipelago(IslandsConfig(count=2, max_niches=50), 0)
+    for i in range(30):
+        wide.add_result(i % 2, Member(f"p{i}", float(i), "x", 1, (float(i),), ()))
+    assert Archipelago.from_msgpack(wide.to_msgpack(), IslandsConfig(count=2, max_niches=50)).dropped == 0
+    narrow = Archipelago.from_msgpack(wide.to_msgpack(), IslandsConfig(count=2, max_niches=10))
+    assert narrow.dropped == 10 and [len(island) for island in narrow.islands] == [10, 10]
+    assert narrow.best() == wide.best()
