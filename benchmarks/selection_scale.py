@@ -7,8 +7,11 @@ the weaker half of the islands is ever reset, so the best islands of a long run 
 thousands of niches. This script fills one island with N niches of 2 KB programs and
 prints, per proposal, the microseconds of `Archipelago.next_parent` (parent and
 inspirations), of `Archipelago.best` over 4 islands, and of adding one member, then the
-size of the islands' snapshot (every member's code; a run writes one every 3 s) and the
-time to pack it. `islands.max_niches` (1,000 by default) bounds what a run reaches.
+size of the islands' snapshot (a run writes one every 3 s) and the time to pack it.
+`islands.max_niches` (1,000 by default) bounds what a run reaches. Last, at that bound on
+4 islands, the snapshot as a run writes it (members without their code, which the
+archive holds) against one with every member's code, as it was: its size and the
+milliseconds to pack it and to write it into a DuckDB archive.
 
     python3 benchmarks/selection_scale.py [--niches 100 1000 10000 100000]
 """
@@ -18,9 +21,11 @@ import argparse
 import itertools
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+import msgpack
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -29,6 +34,7 @@ from controller.resume import islands_snapshot  # noqa: E402
 from islands.archipelago import Archipelago  # noqa: E402
 from islands.config import IslandsConfig  # noqa: E402
 from islands.population import Member  # noqa: E402
+from store.duckdb_archive import DuckDBArchive  # noqa: E402
 
 
 def filled(niches: int, seed: int = 0) -> Archipelago:
@@ -76,7 +82,37 @@ def main() -> None:
         print(f"{niches:>7,} niches: next_parent (parent + 2 inspirations) {parent:8.1f} µs, best over 4 islands "
               f"{best:7.1f} µs, add a member {added:7.1f} µs; snapshot {size / 2**20:.1f} MiB packed in "
               f"{packed * 1000:.0f} ms (filling took {fill_s:.1f} s)", flush=True)
+    at_bound()
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+def at_bound(writes: int = 20) -> None:
+    """A run's snapshot with 4 full islands, without and with the members' code."""
+    rng = np.random.default_rng(2)
+    arch = Archipelago(IslandsConfig(count=4), 1)
+    for island in range(4):
+        for i in range(arch.config.max_niches):
+            a, b = rng.normal(size=2).round(3)
+            code = "".join(chr(97 + int(x)) for x in rng.integers(0, 26, 2000))
+            arch.add_result(island, Member(f"p{island}-{i}", float(a + b), code, 1, (float(a), float(b)), ()))
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, pack in (("as a run writes it, no code", lambda seq: islands_snapshot(arch, seq)),
+                            ("with every member's code", lambda seq: msgpack.packb(
+                                {"version": 2, "seq": seq, "islands": arch.to_msgpack()}))):
+            archive = DuckDBArchive(Path(tmp) / f"{len(label)}.duckdb")
+            archive.create_run("r", {})
+            packed, written = [], []
+            for seq in range(writes):
+                start = time.perf_counter()
+                blob = pack(seq)
+                middle = time.perf_counter()
+                archive.save_snapshot("r", blob)
+                packed.append(middle - start)
+                written.append(time.perf_counter() - middle)
+            archive.close()
+            print(f"snapshot of 4 islands x {arch.config.max_niches:,} niches, {label}: {len(blob) / 2**20:.2f} MiB, "
+                  f"packed in {np.median(packed) * 1000:.0f} ms, written in {np.median(written) * 1000:.0f} ms "
+                  f"(medians of {writes})", flush=True)
 
 
 if __name__ == "__main__":

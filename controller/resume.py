@@ -17,7 +17,7 @@ import msgpack
 
 from islands.archipelago import Archipelago
 
-SNAPSHOT_VERSION = 2
+SNAPSHOT_VERSION = 3  # 3: members without their code (the archive has it); 2: with it, read too
 STARTS = ("seed", "warm-start")  # joined every island: the seed, a warm start's elites (controller.memory.WARM)
 
 
@@ -31,8 +31,12 @@ class Restored:
 
 
 def islands_snapshot(islands: Archipelago, seq: int) -> bytes:
-    """The islands after every program up to commit number `seq`, as bytes for the archive."""
-    return msgpack.packb({"version": SNAPSHOT_VERSION, "seq": seq, "islands": islands.to_msgpack()})
+    """The islands after every program up to commit number `seq`, as bytes for the archive.
+
+    The members' code is left out: it is in the archive's programs, committed in the same
+    transaction as the snapshot, and a resume reads it back for the members alone. With
+    it, a long run's snapshot was megabytes written every few seconds."""
+    return msgpack.packb({"version": SNAPSHOT_VERSION, "seq": seq, "islands": islands.to_msgpack(code=False)})
 
 
 def load_islands(archive, run_id: str, config, done: int) -> Restored:
@@ -41,7 +45,7 @@ def load_islands(archive, run_id: str, config, done: int) -> Restored:
     `done` (the run's committed search evaluations) seeds a full replay's generator,
     so a resumed run does not repeat the random decisions of its start.
     """
-    saved = _snapshot(archive.load_snapshot(run_id), config, done)
+    saved = _snapshot(archive.load_snapshot(run_id), config, done, lambda ids: archive.codes(run_id, ids))
     if saved is None:
         islands, after = Archipelago(config.islands, config.run.seed + done), 0
     else:
@@ -60,14 +64,15 @@ def expand_seeds(rows: Iterable[dict], count: int) -> Iterator[dict]:
             yield row
 
 
-def _snapshot(blob: bytes | None, config, done: int) -> tuple[Archipelago, int] | None:
-    """(islands, seq they cover) from a saved snapshot, or None when there is none usable."""
+def _snapshot(blob: bytes | None, config, done: int, fetch_code) -> tuple[Archipelago, int] | None:
+    """(islands, seq they cover) from a saved snapshot, or None when there is none usable (then
+    every row is replayed): also when a member's code is not in the archive."""
     if not blob:
         return None
     try:
         saved = msgpack.unpackb(blob)
-        islands = Archipelago.from_msgpack(saved["islands"], config.islands)
-        if saved.get("version") == SNAPSHOT_VERSION:
+        islands = Archipelago.from_msgpack(saved["islands"], config.islands, fetch_code)
+        if saved.get("version") in (2, SNAPSHOT_VERSION):
             return islands, int(saved["seq"])
         return (islands, 1 << 62) if saved.get("rows") == done else None  # version 1: a clean stop only
     except (ValueError, KeyError, TypeError, msgpack.UnpackException):

@@ -8,7 +8,7 @@ original would have.
 from __future__ import annotations
 
 import json
-from typing import Iterable
+from typing import Callable, Iterable
 
 import msgpack
 import numpy as np
@@ -18,7 +18,7 @@ from islands.migration import random_migration, reset_weakest, ring_migration
 from islands.population import Island, Member
 from islands.selection import select_inspirations, select_parent
 
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2  # 2: a member's code may be left out (None); 1 is read too
 
 
 class Archipelago:
@@ -100,25 +100,31 @@ class Archipelago:
         return [b.score if b else None for b in self.island_bests_members()]
 
     # --- snapshots ------------------------------------------------------------
-    def to_msgpack(self) -> bytes:
-        """The whole state, generator included, as msgpack bytes."""
+    def to_msgpack(self, code: bool = True) -> bytes:
+        """The whole state, generator included, as msgpack bytes; without `code`, the members' code
+        is left out (a run's snapshot: the archive holds every member's code)."""
         return msgpack.packb({
             "version": SNAPSHOT_VERSION, "count": len(self.islands),
             "rng": json.dumps(self.rng.bit_generator.state),  # 128-bit ints do not fit msgpack
             "results_seen": self.results_seen, "turn": self._turn,
-            "islands": [island.state() for island in self.islands]})
+            "islands": [island.state(code) for island in self.islands]})
 
     @classmethod
-    def from_msgpack(cls, blob: bytes, config: IslandsConfig) -> "Archipelago":
-        """Restore a snapshot made by `to_msgpack` under the same islands config."""
+    def from_msgpack(cls, blob: bytes, config: IslandsConfig,
+                     fetch_code: Callable[[list[str]], dict[str, str]] | None = None) -> Archipelago:
+        """Restore a snapshot made by `to_msgpack` under the same islands config; `fetch_code` gives
+        the code left out of it (program ids -> their code)."""
         state = msgpack.unpackb(blob)
-        if state.get("version") != SNAPSHOT_VERSION or state["count"] != config.count:
+        if state.get("version") not in (1, SNAPSHOT_VERSION) or state["count"] != config.count:
             raise ValueError(f"snapshot (version {state.get('version')}, {state.get('count')} islands) does not "
                              f"match this config ({config.count} islands, version {SNAPSHOT_VERSION})")
+        left_out = sorted({m[0] for island in state["islands"] for _, niche in island["niches"] for m in niche
+                           if m[2] is None})
+        codes = fetch_code(left_out) if left_out and fetch_code is not None else {}
         archipelago = cls(config, seed=0)
         archipelago.rng.bit_generator.state = json.loads(state["rng"])
         archipelago.results_seen, archipelago._turn = state["results_seen"], state["turn"]
-        archipelago.dropped = sum(island.restore(island_state)
+        archipelago.dropped = sum(island.restore(island_state, codes)
                                   for island, island_state in zip(archipelago.islands, state["islands"]))
         return archipelago
 

@@ -181,28 +181,34 @@ class Island:
     def __len__(self) -> int:
         return len(self._where)
 
-    def state(self) -> dict:
-        """Plain data for snapshots, keeping niche order so sampling continues identically."""
+    def state(self, code: bool = True) -> dict:
+        """Plain data for snapshots, keeping niche order so sampling continues identically;
+        without `code`, the members' code is left out (the caller keeps it elsewhere)."""
         return {"generation": self.generation, "grid": self._grid.state(),
-                "niches": [[list(key), [member_state(m) for m in niche]] for key, niche in self._niches.items()]}
+                "niches": [[list(key), [member_state(m, code) for m in niche]] for key, niche in self._niches.items()]}
 
-    def restore(self, state: dict) -> int:
-        """Back to a `state()`; returns how many of its niches `max_niches` did not leave room for."""
+    def restore(self, state: dict, codes: dict[str, str] | None = None) -> int:
+        """Back to a `state()`, taking left-out code from `codes` (program id -> code); returns how
+        many of its niches `max_niches` did not leave room for."""
         self.generation = state["generation"]
         self._grid.restore(state["grid"])
         self._reset_index()
         for key, niche in state["niches"]:
             for m in niche:  # in stored order, best first: each niche keeps its order and its best
-                self._insert(tuple(key), member_from_state(m))
+                self._insert(tuple(key), member_from_state(m, codes))
         return len(state["niches"]) - len(self._keys)
 
 
-def member_state(member: Member) -> list:
-    """A member as a plain list (msgpack-friendly)."""
-    return [member.program_id, member.score, member.code, member.generation,
+def member_state(member: Member, code: bool = True) -> list:
+    """A member as a plain list (msgpack-friendly); its code None when left out."""
+    return [member.program_id, member.score, member.code if code else None, member.generation,
             list(member.instance_scores), list(member.descriptors)]
 
 
-def member_from_state(state: list) -> Member:
+def member_from_state(state: list, codes: dict[str, str] | None = None) -> Member:
     pid, score, code, generation, instance_scores, descriptors = state
+    if code is None:
+        code = (codes or {}).get(pid)
+        if code is None:
+            raise KeyError(f"member {pid}: its code was left out of the snapshot and is not in the archive")
     return Member(pid, score, code, generation, tuple(instance_scores), tuple(descriptors))

@@ -305,6 +305,13 @@ class DuckDBArchive:
         finally:
             cursor.close()
 
+    def codes(self, run_id: str, program_ids: list[str]) -> dict[str, str]:
+        """The code of each of the run's programs in `program_ids` that is stored (program id -> code)."""
+        rows = self.con.execute(
+            "SELECT p.program_id, p.code FROM programs p JOIN (SELECT unnest(?::VARCHAR[]) AS program_id) w "
+            "USING (program_id) WHERE p.run_id = ?", [list(program_ids), run_id]).fetchall()
+        return dict(rows)
+
     def search_scores(self, run_id: str) -> list[float]:
         """The OK search scores of the run's programs, in commit order (baselines excluded)."""
         rows = self.con.execute("SELECT search_score FROM programs WHERE run_id = ? AND search_status = 'OK' "

@@ -89,3 +89,30 @@ def test_an_old_snapshot_counts_only_after_a_clean_stop(archive):
     assert load_islands(archive, "r1", CONFIG, done=241).islands.to_msgpack() == islands.to_msgpack()
     stale = load_islands(archive, "r1", CONFIG, done=242)  # a crash after it: replay everything
     assert stale.snapshot_seq is None and stale.replayed == 241
+
+
+def test_a_snapshot_leaves_the_code_to_the_archive_and_older_snapshots_with_code_still_load(archive):
+    rows = _rows(archive)
+    upto = sorted({r["seq"] for r in rows})[99]
+    prefix = Archipelago(CONFIG.islands, 11).replay(r for r in rows if r["seq"] <= upto)
+    full = Archipelago(CONFIG.islands, 11).replay(rows)
+    blob = islands_snapshot(prefix, upto)
+    members = [m for island in msgpack.unpackb(msgpack.unpackb(blob)["islands"])["islands"]
+               for _, niche in island["niches"] for m in niche]
+    assert members and all(m[2] is None for m in members)  # ids, scores, generations: no code
+    with_code = msgpack.packb({"version": 2, "seq": upto, "islands": prefix.to_msgpack()})  # before this change
+    for saved in (blob, with_code):
+        archive.save_snapshot("r1", saved)
+        restored = load_islands(archive, "r1", CONFIG, done=241)
+        assert restored.snapshot_seq == upto and restored.islands.to_msgpack() == full.to_msgpack()
+
+
+def test_a_snapshot_member_missing_from_the_archive_means_a_full_replay(archive):
+    from islands.population import Member
+
+    islands = Archipelago(CONFIG.islands, 11).replay(_rows(archive))
+    islands.add_result(0, Member("ghost", 99.0, "x = 1", 1, (99.0, 0.0), ()))  # never committed
+    archive.save_snapshot("r1", islands_snapshot(islands, 10**9))
+    restored = load_islands(archive, "r1", CONFIG, done=241)
+    assert restored.snapshot_seq is None and restored.replayed == 241
+    assert not restored.islands.islands[0].contains("ghost")
