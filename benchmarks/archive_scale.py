@@ -55,6 +55,7 @@ from store.query import run_query  # noqa: E402
 from store.records import Candidate, EvalResult, Status  # noqa: E402
 from store.writer import Writer  # noqa: E402
 from workers._base import Proposal  # noqa: E402
+from workers.normal_form import normal_form  # noqa: E402
 
 RUN = "scale"
 BODY = '''
@@ -288,7 +289,8 @@ def drive(search, n: int, commit_every: int, snapshot_every: int, rng, depth: di
         search._submit_mutation()
         _, (_, request, _) = search.pending.popitem()
         t1 = clock()
-        proposal = Proposal(child_code(request.parent_code, rng), "embedded:perturb_const")
+        code = child_code(request.parent_code, rng)  # the mutator's work, as its normal form below (not timed)
+        proposal = Proposal(code, "embedded:perturb_const", form=normal_form(code))
         t2 = clock()
         search._on_mutate(request, proposal)
         t3 = clock()

@@ -51,7 +51,7 @@ class Outcomes:
         self.unmade.in_a_row = 0
         candidate = Candidate(new_id(), self.run_id, request.island, request.generation, (request.parent_id,),
                               proposal.code, proposal.operator, time.time())
-        why = self.dedup.check(proposal.code)
+        why = self.dedup.check(proposal.code, proposal.form or None)  # the form its worker computed, if any
         if why:
             self.events.append(("duplicate", {"island": request.island, "operator": proposal.operator, "by": why}))
             return

@@ -29,6 +29,7 @@ class Proposal:
     code: str
     operator: str  # e.g. "embedded:perturb_const"; becomes Candidate.mutator
     skill_id: str = ""  # the library skill the child replays (operator "embedded:skill"), if any
+    form: str = ""  # the child's normal form (`workers.normal_form`): the driver's dedup need not parse it
 
 
 class Mutator(abc.ABC):

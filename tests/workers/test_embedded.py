@@ -35,10 +35,13 @@ def _only(name):
 
 
 def test_is_a_mutator_and_names_the_operator():
+    from workers.normal_form import normal_form
+
     proposal = _mutator().propose(_request())
     assert isinstance(_mutator(), Mutator)
     assert proposal.operator.removeprefix("embedded:") in OPERATORS
     assert proposal.code != PROGRAM
+    assert proposal.form == normal_form(proposal.code) != normal_form(PROGRAM)  # the driver's dedup key, made here
 
 
 def test_same_request_same_child_different_seeds_vary():
