@@ -45,9 +45,9 @@ class Dedup:
     def check(self, code: str, form: str | None = None) -> str | None:
         """'exact' or 'normal_form' when `code` was tried already (and counts it), else None.
 
-        `form`: the program's normal form when the worker that made it computed it already
-        (an LLM worker does, for its own check), so the driver does not parse it again; it
-        is kept for the `add` calls that follow."""
+        `form`: the program's normal form when the worker that made it sent it (an LLM worker
+        computes it for its own check, the embedded mutator for the driver), so the driver
+        does not parse it again; it is kept for the `add` calls that follow."""
         if form is not None:
             if len(self._given) >= 1024:  # only the next few seconds need it: without it, it is recomputed
                 self._given.clear()
