@@ -11,7 +11,8 @@ size of the islands' snapshot (a run writes one every 3 s) and the time to pack 
 `islands.max_niches` (1,000 by default) bounds what a run reaches. Last, at that bound on
 4 islands, the snapshot as a run writes it (members without their code, which the
 archive holds) against one with every member's code, as it was: its size and the
-milliseconds to pack it and to write it into a DuckDB archive.
+milliseconds to pack it and to write it into a DuckDB archive, and what adding a member
+to a full island costs (the new niche takes the worst one's place).
 
     python3 benchmarks/selection_scale.py [--niches 100 1000 10000 100000]
 """
@@ -33,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from controller.resume import islands_snapshot  # noqa: E402
 from islands.archipelago import Archipelago  # noqa: E402
 from islands.config import IslandsConfig  # noqa: E402
-from islands.population import Member  # noqa: E402
+from islands.population import Island, Member  # noqa: E402
 from store.duckdb_archive import DuckDBArchive  # noqa: E402
 
 
@@ -83,7 +84,26 @@ def main() -> None:
               f"{best:7.1f} µs, add a member {added:7.1f} µs; snapshot {size / 2**20:.1f} MiB packed in "
               f"{packed * 1000:.0f} ms (filling took {fill_s:.1f} s)", flush=True)
     at_bound()
+    full_adds()
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+def full_adds() -> None:
+    """Adding a member to a full island: each new niche takes the place of the worst, and the
+    niches after it move up one place. As in a search that improves, the worst is the oldest,
+    so every niche moves: the dearest case."""
+    for bound in (1000, 10000):
+        island = Island(0, IslandsConfig(max_niches=bound))
+        for i in range(bound):
+            island.add(Member(f"p{i}", float(i), "x", 1, (float(i),), ()))
+        counter = itertools.count(bound)
+
+        def better(island=island, counter=counter):
+            i = next(counter)
+            island.add(Member(f"p{i}", float(i), "x", 1, (float(i),), ()))
+
+        print(f"adding a member to a full island of {bound:,} niches (it takes the worst niche's place): "
+              f"{per_call_us(better):.1f} µs", flush=True)
 
 
 def at_bound(writes: int = 20) -> None:

@@ -52,7 +52,11 @@ class Island:
     def _reset_index(self) -> None:
         self._niches: dict[tuple, list[Member]] = {}
         self._keys: list[tuple] = []  # niche keys in the niches' order
-        self._slot: dict[tuple, int] = {}  # niche key -> its place in that order
+        # a niche's place in that order is found by its birth number (niches keep their order, so
+        # the births are ascending): evicting one then moves no Python object, only two arrays
+        self._birth: dict[tuple, int] = {}  # niche key -> its birth number
+        self._births = np.empty(16, dtype=np.int64)  # birth numbers, by slot
+        self._born = 0
         self._scores = np.empty(16)  # each niche's best score, by slot (the first len(self._keys) are used)
         self._where: dict[str, tuple] = {}  # program id -> its niche's key
         self._best = -1  # slot of the best niche, -1 when empty
@@ -79,10 +83,12 @@ class Island:
                     return False
                 self._evict(worst)
             niche = self._niches[key] = []
-            self._slot[key] = len(self._keys)
-            self._keys.append(key)
-            if len(self._keys) > len(self._scores):
+            if len(self._keys) == len(self._scores):
                 self._scores = np.concatenate([self._scores, np.empty(len(self._scores))])
+                self._births = np.concatenate([self._births, np.empty(len(self._births), dtype=np.int64)])
+            self._births[len(self._keys)] = self._birth[key] = self._born
+            self._born += 1
+            self._keys.append(key)
         niche.append(member)
         self._where[member.program_id] = key
         niche.sort(key=rank_key)
@@ -91,7 +97,7 @@ class Island:
         del niche[self.config.max_members_per_niche:]
         if niche[0] is not member:
             return False
-        slot = self._slot[key]
+        slot = self._slot(key)
         self._scores[slot] = member.score
         # a niche's best only ever gets better, so the island's best is the better of the two;
         # on a tie the earlier niche stays first, as a walk over the niches in order would find
@@ -105,11 +111,10 @@ class Island:
         key = self._keys.pop(slot)
         for m in self._niches.pop(key):
             del self._where[m.program_id]
-        del self._slot[key]
-        for later in self._keys[slot:]:
-            self._slot[later] -= 1
+        del self._birth[key]
         count = len(self._keys)
         self._scores[slot:count] = self._scores[slot + 1:count + 1]
+        self._births[slot:count] = self._births[slot + 1:count + 1]
         if self._best > slot:
             self._best -= 1
         elif self._best == slot:  # the worst is the best only when every niche scores the same: find it again
@@ -163,7 +168,10 @@ class Island:
     def slot_of(self, program_id: str) -> int | None:
         """The place, in the niches' order, of the niche holding `program_id`; None if it is not here."""
         key = self._where.get(program_id)
-        return None if key is None else self._slot[key]
+        return None if key is None else self._slot(key)
+
+    def _slot(self, key: tuple) -> int:
+        return int(np.searchsorted(self._births[:len(self._keys)], self._birth[key]))
 
     def niche_of(self, program_id: str) -> tuple | None:
         """The key of the niche holding `program_id`, or None if it is not here."""
