@@ -22,11 +22,12 @@ from workers.normal_form import normal_form
 @functools.lru_cache(maxsize=512)  # a proposal is checked, then added, then added again as evaluated
 def form_hash(code: str) -> str | None:
     """The 16-hex-digit hash of `code`'s normal form, or None if it does not parse."""
-    return _hashed(normal_form(code))
+    form = normal_form(code)
+    return None if form is None else _hashed(form)
 
 
-def _hashed(form: str | None) -> str | None:
-    return None if form is None else hashlib.sha256(form.encode()).hexdigest()[:16]
+def _hashed(form: str) -> str:
+    return hashlib.sha256(form.encode()).hexdigest()[:16]
 
 
 class Dedup:
@@ -36,11 +37,11 @@ class Dedup:
         self.exact = exact if exact is not None else HashSet()  # shared with the loop's `known`
         self.forms = HashSet(int(h, 16) for h in forms if h and len(h) == 16)
         self.saved: Counter = Counter()
-        self._given: dict[str, str | None] = {}  # code -> hash of the normal form its worker sent
+        self._given: dict[str, str] = {}  # code -> hash of the normal form its worker sent
 
     def _form(self, code: str) -> str | None:
-        given = self._given.get(code, False)
-        return form_hash(code) if given is False else given
+        given = self._given.get(code)
+        return given if given is not None else form_hash(code)
 
     def check(self, code: str, form: str | None = None) -> str | None:
         """'exact' or 'normal_form' when `code` was tried already (and counts it), else None.

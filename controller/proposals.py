@@ -33,8 +33,9 @@ INVALID_KINDS = ("unparseable", "did_not_apply", "invalid_program")
 # pauses the model: 1 s, then twice as long after each further failure, up to LLM_PAUSE_MAX_S
 LLM_FAILING, LLM_PAUSE_MAX_S = 5, 60.0
 # Programs whose prompt feedback, and parents whose recent failures, the driver keeps in memory
-# (the most recently used; the rest are read back from the archive): a week-long run evaluates
-# millions, and each one's feedback is a few KB
+# (the most recently used): a week-long run evaluates millions, and each one's feedback is a few KB.
+# An older program's feedback is made again from the archive when it is drawn; an older parent's
+# failures are shown again only after a resume reloads them (`_restore`)
 FEEDBACK_KEPT, FAILURES_KEPT = 4096, 16384
 
 
