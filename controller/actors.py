@@ -92,14 +92,32 @@ def connect(address: str | None, num_cpus: int | None = None) -> dict:
     address = address or os.environ.get("RAY_ADDRESS")
     # Atoll's own tree first, then the caller's path (where a user's domain package may live)
     paths = [project_root(), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    env = {"env_vars": {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}}
-    if os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR"):  # a Ray job: its working_dir reaches every node
-        env = {}
+    path = os.pathsep.join(dict.fromkeys(paths))
     if address:
+        # a Ray job's working_dir reaches every node already; another cluster's workers get the path
+        env = {} if os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR") else {"env_vars": {"PYTHONPATH": path}}
         join(address, env, source)  # a bad address is one line, before the run exists
     else:
-        # "local": a Ray of its own, never the last `ray start` cluster that Ray would otherwise
-        # find through /tmp/ray/ray_current_cluster (another user's, or one in another network namespace)
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, runtime_env=env,
-                 log_to_driver=False, configure_logging=False)
+        start_local(num_cpus, path)
     return ray.cluster_resources()
+
+
+def start_local(num_cpus: int | None, path: str) -> None:
+    """A Ray of this machine's own whose workers import from `path`.
+
+    "local": never the last `ray start` cluster that Ray would otherwise find through
+    /tmp/ray/ray_current_cluster (another user's, or one in another network namespace). The
+    path goes to Ray's processes through the environment they inherit, not a runtime_env: Ray
+    hands a worker with a runtime_env to its agent first, which made the start of every
+    `atoll` command about 1.7 s slower (`benchmarks/ray_start.py`).
+    """
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = path
+    try:
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
+    finally:
+        if before is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = before

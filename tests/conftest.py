@@ -34,8 +34,9 @@ def wide_output(monkeypatch):
 def ray_cluster():
     import ray
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    from controller.actors import start_local
+
+    start_local(2, str(ROOT))
     yield ray
     ray.shutdown()
 
