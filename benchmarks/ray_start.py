@@ -1,11 +1,12 @@
-"""What starting a local Ray costs an `atoll` command, with the workers' import path given two ways.
+"""What starting and stopping a local Ray costs an `atoll` command, as Atoll did it and as it does.
 
-Every `atoll` command that searches, reports or checks a live run starts a Ray of its own and
-then its actors. Each round runs two fresh processes, alternated so both meet the same load:
-one gives the workers their PYTHONPATH in a runtime_env (as Atoll did), the other through the
-environment Ray's processes inherit (`controller.actors.start_local`, as Atoll does now). Each
-starts Ray, starts two actors that import from that path (one CPU each, as evaluators are) and
-shuts Ray down; the script prints the medians of each step and the load average around them.
+Every `atoll` command that searches or reports starts a Ray of its own and then its actors.
+Each round runs two fresh processes, alternated so both meet the same load. Each starts Ray,
+starts two actors that import from Atoll's tree (one CPU each, as evaluators are) and shuts
+Ray down. "before" gives the workers their PYTHONPATH in a runtime_env and leaves the shutdown
+to Ray; "now" is `controller.actors.start_local` (the path through the environment Ray's
+processes inherit) and `stop_monitor` ahead of the shutdown, as at an `atoll` command's exit.
+The script prints the medians of each step and the load average around them.
 
     unshare -n sh -c 'ip link set lo up && python3 benchmarks/ray_start.py --rounds 5'
 """
@@ -26,9 +27,9 @@ import json, os, sys, time
 sys.path.insert(0, {root!r})
 t0 = time.perf_counter()
 import ray
-from controller.actors import project_root, start_local
+from controller.actors import project_root, start_local, stop_monitor
 t1 = time.perf_counter()
-if {way!r} == "runtime_env":
+if {way!r} == "before":
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
              configure_logging=False, runtime_env={{"env_vars": {{"PYTHONPATH": project_root()}}}})
 else:
@@ -44,13 +45,15 @@ class Probe:
 actors = [Probe.remote() for _ in range(2)]
 found = ray.get([a.where.remote() for a in actors])
 t3 = time.perf_counter()
+if {way!r} == "now":
+    stop_monitor()
 ray.shutdown()
 t4 = time.perf_counter()
 print(json.dumps({{"import": t1 - t0, "init": t2 - t1, "actors": t3 - t2, "shutdown": t4 - t3,
                   "found": found}}))
 '''
 
-WAYS = ("runtime_env", "environment")
+WAYS = ("before", "now")
 STEPS = ("init", "actors", "shutdown")
 
 
@@ -78,7 +81,7 @@ def main() -> None:
     for way in WAYS:
         med = {s: statistics.median(r[s] for r in runs[way]) for s in STEPS}
         total = statistics.median(sum(r[s] for s in STEPS) for r in runs[way])
-        print(f"{way:12s} median of {args.rounds}: ray.init {med['init']:.2f} s, two actors ready "
+        print(f"{way:6s} median of {args.rounds}: ray.init {med['init']:.2f} s, two actors ready "
               f"{med['actors']:.2f} s, shutdown {med['shutdown']:.2f} s, all three {total:.2f} s")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 

@@ -5,6 +5,8 @@ testable without Ray; `ray.remote(TheClass)` makes the actor.
 """
 from __future__ import annotations
 
+import atexit
+import contextlib
 import dataclasses
 import os
 from pathlib import Path
@@ -109,7 +111,7 @@ def start_local(num_cpus: int | None, path: str) -> None:
     /tmp/ray/ray_current_cluster (another user's, or one in another network namespace). The
     path goes to Ray's processes through the environment they inherit, not a runtime_env: Ray
     hands a worker with a runtime_env to its agent first, which made the start of every
-    `atoll` command about 1.7 s slower (`benchmarks/ray_start.py`).
+    `atoll` command about 1.8 s slower (`benchmarks/ray_start.py`).
     """
     before = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = path
@@ -121,3 +123,19 @@ def start_local(num_cpus: int | None, path: str) -> None:
             del os.environ["PYTHONPATH"]
         else:
             os.environ["PYTHONPATH"] = before
+    atexit.register(stop_monitor)  # after ray.init: runs before Ray's own shutdown at exit
+
+
+def stop_monitor() -> None:
+    """Kill the local Ray's autoscaler monitor ahead of Ray's shutdown.
+
+    Ray's shutdown stops the GCS first, then asks the monitor to stop; the monitor then tries
+    to tell the GCS and is killed a second later. A Ray of this machine's own scales nothing,
+    so the monitor is killed at once: every `atoll` command ends a second sooner
+    (`benchmarks/ray_start.py`). Ray 2.60's `Node.kill_monitor`; on any other Ray this does
+    nothing.
+    """
+    kill = getattr(getattr(ray._private.worker, "_global_node", None), "kill_monitor", None)
+    if kill is not None:
+        with contextlib.suppress(Exception):  # shutting down anyway: Ray's shutdown handles the rest
+            kill(check_alive=False)

@@ -1,0 +1,56 @@
+"""The Ray an `atoll` command starts for itself: its workers find Atoll and the caller's path
+without a runtime_env, and its exit does not wait on Ray's autoscaler monitor."""
+import json
+import subprocess
+import sys
+
+from tests.conftest import ROOT
+
+SCRIPT = r'''
+import inspect, json, os, sys
+sys.path.insert(0, os.environ["SRC"])  # the driver finds Atoll as `atoll` does; its workers only through connect
+import ray
+from ray._private import node as ray_node, ray_constants
+
+from controller.actors import connect
+
+connect(None, 1)
+assert os.environ.get("PYTHONPATH") == {pythonpath!r}, "the driver's own environment is left as it was"
+job = ray.get_runtime_context().runtime_env
+kill = ray_node.Node._kill_process_impl
+signature = inspect.signature(kill)
+
+def watched(self, process_type, *args, **kwargs):  # each time the monitor is stopped, and how
+    if process_type == ray_constants.PROCESS_TYPE_MONITOR:
+        call = signature.bind(self, process_type, *args, **kwargs)
+        call.apply_defaults()
+        print(json.dumps({{"monitor stopped, politely": call.arguments["allow_graceful"]}}), flush=True)
+    return kill(self, process_type, *args, **kwargs)
+
+ray_node.Node._kill_process_impl = watched
+
+@ray.remote(num_cpus=1)
+class Probe:
+    def where(self):
+        import controller.actors, user_pkg_for_probe
+        return controller.actors.__file__, user_pkg_for_probe.X
+
+found = ray.get(Probe.remote().where.remote())
+print(json.dumps({{"found": found, "runtime_env": job}}), flush=True)
+'''
+
+
+def test_a_local_rays_workers_import_atoll_and_the_callers_path_and_its_exit_stops_the_monitor_first(tmp_path):
+    (tmp_path / "user_pkg_for_probe.py").write_text("X = 42\n")
+    pythonpath = str(tmp_path)  # the caller's path only: Atoll's tree is added for the workers
+    proc = subprocess.run([sys.executable, "-c", SCRIPT.format(pythonpath=pythonpath)], cwd=tmp_path,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": pythonpath,
+                               "SRC": str(ROOT)}, capture_output=True, text=True, timeout=180, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    probe, *stops = lines
+    assert probe["found"] == [str(ROOT / "controller" / "actors.py"), 42]
+    assert not probe["runtime_env"], "a local Ray's workers get the path from the environment, not a runtime_env"
+    # Ray's own shutdown would ask it to stop, then wait a second for it to give up on the GCS
+    assert stops == [{"monitor stopped, politely": False}]
+    assert "autoscaler failed" not in proc.stderr
