@@ -9,6 +9,7 @@ import atexit
 import contextlib
 import dataclasses
 import os
+import secrets
 from pathlib import Path
 
 import ray
@@ -113,6 +114,7 @@ def start_local(num_cpus: int | None, path: str) -> None:
     hands a worker with a runtime_env to its agent first, which made the start of every
     `atoll` command about 1.8 s slower (`benchmarks/ray_start.py`).
     """
+    token_without_home()
     before = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = path
     try:
@@ -124,6 +126,29 @@ def start_local(num_cpus: int | None, path: str) -> None:
         else:
             os.environ["PYTHONPATH"] = before
     atexit.register(stop_monitor)  # after ray.init: runs before Ray's own shutdown at exit
+
+
+def token_without_home() -> None:
+    """Give this command's Ray a token of its own where Ray could not save one in ~/.ray.
+
+    Ray turns token authentication on for a cluster that `ray.init` starts and, unless a token
+    is given (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH) or saved (~/.ray/auth_token), writes a new
+    one there; with a home that cannot be written (a batch job's or a container's user) it
+    failed with a traceback. Authentication stays on: Ray's processes, started by this one,
+    inherit the token through the environment.
+    """
+    if "RAY_AUTH_MODE" in os.environ or os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        return
+    folder = Path.home() / ".ray"
+    try:
+        if (folder / "auth_token").is_file():
+            return
+        folder.mkdir(parents=True, exist_ok=True)
+        if os.access(folder, os.W_OK):
+            return
+    except (OSError, RuntimeError):  # RuntimeError: no home at all
+        pass
+    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
 
 
 def stop_monitor() -> None:

@@ -135,7 +135,9 @@ class Library:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise LibraryError(f"cannot create the library's folder {self.path.parent}: {exc.strerror}") from None
+            raise LibraryError(f"cannot create the library's folder {self.path.parent}: {exc.strerror}; set "
+                               f"memory.library (or {ENV}) to a file in a folder you can write, or "
+                               "memory.enabled = false to run without the library") from None
         try:
             return duckdb.connect(str(self.path))
         except duckdb.Error as exc:

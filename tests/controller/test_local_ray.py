@@ -1,8 +1,11 @@
 """The Ray an `atoll` command starts for itself: its workers find Atoll and the caller's path
-without a runtime_env, and its exit does not wait on Ray's autoscaler monitor."""
+without a runtime_env, it starts with a home that cannot be written, and its exit does not wait
+on Ray's autoscaler monitor."""
 import json
 import subprocess
 import sys
+
+import pytest
 
 from tests.conftest import ROOT
 
@@ -36,15 +39,21 @@ class Probe:
         return controller.actors.__file__, user_pkg_for_probe.X
 
 found = ray.get(Probe.remote().where.remote())
-print(json.dumps({{"found": found, "runtime_env": job}}), flush=True)
+print(json.dumps({{"found": found, "runtime_env": job, "auth": os.environ.get("RAY_AUTH_MODE"),
+                  "own token": "RAY_AUTH_TOKEN" in os.environ}}), flush=True)
 '''
 
 
-def test_a_local_rays_workers_import_atoll_and_the_callers_path_and_its_exit_stops_the_monitor_first(tmp_path):
+@pytest.mark.parametrize("home", ["a home of its own", "a home that cannot be written"])
+def test_a_local_rays_workers_import_atoll_and_the_callers_path_and_its_exit_stops_the_monitor_first(tmp_path, home):
     (tmp_path / "user_pkg_for_probe.py").write_text("X = 42\n")
     pythonpath = str(tmp_path)  # the caller's path only: Atoll's tree is added for the workers
+    if home == "a home of its own":
+        (tmp_path / "home").mkdir()
+    else:
+        (tmp_path / "home").write_text("")  # a file: no ~/.ray can be made in it, even by root
     proc = subprocess.run([sys.executable, "-c", SCRIPT.format(pythonpath=pythonpath)], cwd=tmp_path,
-                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": pythonpath,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home"), "PYTHONPATH": pythonpath,
                                "SRC": str(ROOT)}, capture_output=True, text=True, timeout=180, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -54,3 +63,7 @@ def test_a_local_rays_workers_import_atoll_and_the_callers_path_and_its_exit_sto
     # Ray's own shutdown would ask it to stop, then wait a second for it to give up on the GCS
     assert stops == [{"monitor stopped, politely": False}]
     assert "autoscaler failed" not in proc.stderr
+    # Ray's token authentication holds either way: its token saved in ~/.ray, or one of the command's own
+    assert probe["auth"] == "token"
+    assert probe["own token"] == (home == "a home that cannot be written")
+    assert (tmp_path / "home" / ".ray" / "auth_token").is_file() == (home == "a home of its own")

@@ -29,6 +29,15 @@ def test_a_missing_library_is_created_where_the_environment_says(temporary_libra
     assert default_path("/elsewhere/lib.duckdb") == Path("/elsewhere/lib.duckdb")  # the config key wins
 
 
+def test_a_library_folder_that_cannot_be_made_says_how_to_go_on(tmp_path):
+    (tmp_path / "home").write_text("")  # a home that is a file: no folder can be made in it, even by root
+    with pytest.raises(LibraryError) as err:
+        Library(tmp_path / "home" / ".local" / "library.duckdb").ensure()
+    message = str(err.value)
+    assert "\n" not in message and "cannot create the library's folder" in message
+    assert "memory.library (or ATOLL_LIBRARY)" in message and "memory.enabled = false" in message
+
+
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "empty"])
 def test_a_damaged_library_gives_one_clear_message_and_is_left_as_it_was(tmp_path, damage):
     path = tmp_path / "library.duckdb"

@@ -32,6 +32,8 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
+from evaluators.cache import cache_dir
+
 MAX_LEAD = 4
 _VERSION = 1
 
@@ -168,7 +170,7 @@ def base_stock_cost(kind: str, mean: float, lead: int, penalty: float, level: in
 
 
 def cached_solve(kind: str, mean: float, lead: int, penalty: float, holding: float = 1.0) -> DPResult:
-    """`solve`, remembered on disk under $ATOLL_CACHE_DIR (default ~/.cache/atoll)."""
+    """`solve`, remembered on disk in Atoll's cache (`evaluators.cache`)."""
     key = f"{kind}-mu{mean:g}-L{lead}-p{penalty:g}-h{holding:g}-v{_VERSION}"
     path = cache_dir() / "inventory_dp" / f"{key}.json"
     try:
@@ -178,10 +180,6 @@ def cached_solve(kind: str, mean: float, lead: int, penalty: float, holding: flo
     result = solve(kind, mean, lead, penalty, holding)
     _write_json(path, result.__dict__)
     return result
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("ATOLL_CACHE_DIR") or Path.home() / ".cache" / "atoll")
 
 
 def _write_json(path: Path, data: dict) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from evaluators.domains.inventory.dp import cache_dir
+from evaluators.cache import cache_dir
 
 FAMILIES = ("setcover", "cauctions", "facility", "indset")
 SIZES: dict[str, dict[str, dict]] = {
