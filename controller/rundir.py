@@ -59,17 +59,30 @@ def claim(name: str, given: str | None, root: Path = Path("runs")) -> Path:
     """The given directory, or a new one under `root` that no other run claimed (two may start in one second)."""
     if given:
         run_dir = Path(given)
-        run_dir.mkdir(parents=True, exist_ok=True)
+        _make(run_dir, exist_ok=True)
         return run_dir
     base = root / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     for n in range(1, 1000):
         run_dir = base.with_name(base.name + (f"-{n}" if n > 1 else ""))
         try:
-            run_dir.mkdir(parents=True)
+            _make(run_dir, exist_ok=False)
             return run_dir
         except FileExistsError:
             continue
     raise UserError(f"{base}: too many runs of that name started this second; give one with --run-dir")
+
+
+def _make(run_dir: Path, exist_ok: bool) -> None:
+    """mkdir -p, or one line for the user when the folder cannot be made there (FileExistsError passes)."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=exist_ok)
+    except FileExistsError:
+        if not exist_ok or not run_dir.is_file():
+            raise
+        raise UserError(f"--run-dir {run_dir}: a file is there, not a folder; give another path") from None
+    except OSError as exc:
+        raise UserError(f"cannot create the run directory {run_dir}: {exc.strerror}; give --run-dir a "
+                        "folder you can write (a run writes its archive there)") from None
 
 
 def create_archive(run_dir: Path, run_id: str, config: dict, text: str, setup=None):

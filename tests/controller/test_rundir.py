@@ -20,6 +20,16 @@ def test_runs_started_in_the_same_second_claim_distinct_directories(tmp_path, mo
     assert second.name == "inv-20260101-120000-2"
 
 
+def test_a_run_directory_that_cannot_be_made_is_one_line_naming_it(tmp_path):
+    (tmp_path / "file").write_text("")  # nothing can be made inside a file, even by root
+    with pytest.raises(UserError, match="a file is there, not a folder"):
+        rundir.claim("inventory", str(tmp_path / "file"))
+    with pytest.raises(UserError, match=r"cannot create the run directory .*file/x: Not a directory; give --run-dir"):
+        rundir.claim("inventory", str(tmp_path / "file" / "x"))
+    with pytest.raises(UserError, match=r"cannot create the run directory .*file/runs/inventory-\d+-\d+"):
+        rundir.claim("inventory", None, tmp_path / "file" / "runs")  # the default folder, under the cwd
+
+
 def test_the_archive_appears_with_its_run_and_only_once(tmp_path):
     abandoned = tmp_path / ".archive.duckdb.999999999.creating"  # a driver killed while creating it
     abandoned.write_text("")
