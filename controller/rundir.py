@@ -34,11 +34,20 @@ def open_archive(run_dir: Path, read_only: bool = False, patience_s: float = 3.0
         try:
             return DuckDBArchive(run_dir / ARCHIVE, read_only=read_only)
         except Exception as exc:  # duckdb's lock error names the holder's pid; nothing was written
+            if "permission denied" in str(exc).lower():
+                raise not_yours(run_dir, read_only) from None
             if "lock" not in str(exc).lower():
                 raise
             if time.monotonic() > deadline:
                 raise in_use(run_dir, str(exc)) from None
         time.sleep(0.1)
+
+
+def not_yours(run_dir: Path, read_only: bool) -> UserError:
+    """The refusal of an archive this user may not open (another user's run, a read-only copy)."""
+    need = "read" if read_only else "write (this command adds to the run)"
+    return UserError(f"{run_dir / ARCHIVE}: permission denied; this command needs to {need} it: run it as the "
+                     "run's owner, or copy the run directory to a folder of your own and give that")
 
 
 def in_use(run_dir: Path, error: str) -> UserError:

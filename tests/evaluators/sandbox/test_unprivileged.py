@@ -1,4 +1,5 @@
-"""The non-root path, on purpose: the sandbox and hostile-program tests again, as an ordinary user.
+"""The non-root path, on purpose: the sandbox and hostile-program tests again, as an ordinary user
+(and a run that user may not write, `tests/controller/test_not_yours.py`).
 
 Run as root (CI is), this test re-runs them through `setpriv` as uid and gid
 65534 with no supplementary groups and no capabilities, so every protection
@@ -22,7 +23,7 @@ USER = 65534
 INNER = "ATOLL_UNPRIVILEGED_PASS"
 TESTS = ["tests/evaluators/sandbox", "tests/evaluators/test_integrity_inventory.py",
          "tests/evaluators/test_integrity_trading.py", "tests/evaluators/test_integrity_control.py",
-         "tests/evaluators/test_integrity_milp.py"]
+         "tests/evaluators/test_integrity_milp.py", "tests/controller/test_not_yours.py"]
 
 
 def _needed() -> list[str]:
