@@ -38,6 +38,7 @@ def cmd_run(args) -> int:
     _memory_checked(config)
     if args.run_dir:
         rundir.check_free(Path(args.run_dir))
+    rundir.check_can_make(Path(args.run_dir) if args.run_dir else root)
     args.control = _control_setup(config)
     connect(args.ray_address)
     run_dir = rundir.claim(config.run.name, args.run_dir, root)

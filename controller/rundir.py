@@ -45,8 +45,8 @@ def open_archive(run_dir: Path, read_only: bool = False, patience_s: float = 3.0
 
 def not_yours(run_dir: Path, read_only: bool) -> UserError:
     """The refusal of an archive this user may not open (another user's run, a read-only copy)."""
-    need = "read" if read_only else "write (this command adds to the run)"
-    return UserError(f"{run_dir / ARCHIVE}: permission denied; this command needs to {need} it: run it as the "
+    need = "read" if read_only else "write"
+    return UserError(f"{run_dir / ARCHIVE}: permission denied (this command needs to {need} it); run it as the "
                      "run's owner, or copy the run directory to a folder of your own and give that")
 
 
@@ -81,6 +81,22 @@ def claim(name: str, given: str | None, root: Path = Path("runs")) -> Path:
     raise UserError(f"{base}: too many runs of that name started this second; give one with --run-dir")
 
 
+def check_can_make(run_dir: Path) -> None:
+    """Refuse, before Ray or anything else starts, a run directory this user could not make or write."""
+    there = run_dir
+    while not there.exists() and there.parent != there:
+        there = there.parent
+    if there.exists() and not there.is_dir():
+        raise UserError(f"--run-dir {run_dir}: {there} is a file, not a folder; give another path")
+    if not os.access(there, os.W_OK | os.X_OK):
+        raise _cannot(run_dir, "Permission denied")
+
+
+def _cannot(run_dir: Path, why: str) -> UserError:
+    return UserError(f"cannot create the run directory {run_dir}: {why}; give --run-dir a folder you can "
+                     "write (a run writes its archive there)")
+
+
 def _make(run_dir: Path, exist_ok: bool) -> None:
     """mkdir -p, or one line for the user when the folder cannot be made there (FileExistsError passes)."""
     try:
@@ -90,8 +106,7 @@ def _make(run_dir: Path, exist_ok: bool) -> None:
             raise
         raise UserError(f"--run-dir {run_dir}: a file is there, not a folder; give another path") from None
     except OSError as exc:
-        raise UserError(f"cannot create the run directory {run_dir}: {exc.strerror}; give --run-dir a "
-                        "folder you can write (a run writes its archive there)") from None
+        raise _cannot(run_dir, exc.strerror or type(exc).__name__) from None
 
 
 def create_archive(run_dir: Path, run_id: str, config: dict, text: str, setup=None):

@@ -28,6 +28,11 @@ def test_a_run_directory_that_cannot_be_made_is_one_line_naming_it(tmp_path):
         rundir.claim("inventory", str(tmp_path / "file" / "x"))
     with pytest.raises(UserError, match=r"cannot create the run directory .*file/runs/inventory-\d+-\d+"):
         rundir.claim("inventory", None, tmp_path / "file" / "runs")  # the default folder, under the cwd
+    # the same found before Ray starts (`atoll run` checks first)
+    with pytest.raises(UserError, match=r"--run-dir .*file/x/y: .*file is a file, not a folder"):
+        rundir.check_can_make(tmp_path / "file" / "x" / "y")
+    rundir.check_can_make(tmp_path / "new" / "run")  # nothing made yet, and nothing refused
+    assert not (tmp_path / "new").exists()
 
 
 def test_the_archive_appears_with_its_run_and_only_once(tmp_path):
