@@ -336,6 +336,8 @@ def main() -> None:
     config = validate({"domain": {"name": "inventory"}, "run": {"seed": 0, "max_evals": 10**9},
                        "islands": {"count": args.islands}})
     rng = np.random.default_rng(0)
+    if args.dir:
+        Path(args.dir).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         run_dir = Path(tmp)
         print(f"archive scale: {args.programs:,} programs in batches of {args.batch:,}, {args.islands} islands, "
