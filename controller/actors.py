@@ -111,8 +111,8 @@ def start_local(num_cpus: int | None, path: str) -> None:
     "local": never the last `ray start` cluster that Ray would otherwise find through
     /tmp/ray/ray_current_cluster (another user's, or one in another network namespace). The
     path goes to Ray's processes through the environment they inherit, not a runtime_env: Ray
-    hands a worker with a runtime_env to its agent first, which made the start of every
-    `atoll` command about 1.8 s slower (`benchmarks/ray_start.py`).
+    hands a worker with a runtime_env to its agent first, and two actors took 0.94 s to be
+    ready instead of 0.25 s (`benchmarks/ray_start.py`).
     """
     token_without_home()
     before = os.environ.get("PYTHONPATH")
@@ -156,7 +156,7 @@ def stop_monitor() -> None:
 
     Ray's shutdown stops the GCS first, then asks the monitor to stop; the monitor then tries
     to tell the GCS and is killed a second later. A Ray of this machine's own scales nothing,
-    so the monitor is killed at once: every `atoll` command ends a second sooner
+    so the monitor is killed at once: Ray's shutdown takes 0.14 to 0.35 s instead of 1.36 s
     (`benchmarks/ray_start.py`). Ray 2.60's `Node.kill_monitor`; on any other Ray this does
     nothing.
     """
