@@ -15,6 +15,7 @@ from pathlib import Path
 import ray
 
 from controller.address import join
+from controller.submit import ray_token_found
 from evaluators.evaluator import Evaluator
 from evaluators.registry import get_domain
 from store.records import MutationRequest
@@ -137,12 +138,10 @@ def token_without_home() -> None:
     failed with a traceback. Authentication stays on: Ray's processes, started by this one,
     inherit the token through the environment.
     """
-    if "RAY_AUTH_MODE" in os.environ or os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"):
+    if "RAY_AUTH_MODE" in os.environ or ray_token_found():
         return
-    folder = Path.home() / ".ray"
     try:
-        if (folder / "auth_token").is_file():
-            return
+        folder = Path.home() / ".ray"
         folder.mkdir(parents=True, exist_ok=True)
         if os.access(folder, os.W_OK):
             return

@@ -61,11 +61,18 @@ def _why(exc: Exception) -> str:
 
 def _token_auth_if_token_found() -> None:
     """Send the token when there is one, as `ray start` and `ray.init` do (RAY_AUTH_MODE decides if set)."""
-    if "RAY_AUTH_MODE" in os.environ:
-        return
-    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token"
-    if os.environ.get("RAY_AUTH_TOKEN") or Path(path).is_file():
+    if "RAY_AUTH_MODE" not in os.environ and ray_token_found():
         os.environ["RAY_AUTH_MODE"] = "token"
+
+
+def ray_token_found() -> bool:
+    """Whether Ray finds a token: RAY_AUTH_TOKEN, else the file RAY_AUTH_TOKEN_PATH names, else ~/.ray/auth_token."""
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return True
+    try:
+        return Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token").is_file()
+    except (OSError, RuntimeError):  # RuntimeError: no home at all
+        return False
 
 
 def run_dir_for(name: str, storage_root: str, given: str | None) -> str:
