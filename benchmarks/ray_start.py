@@ -31,9 +31,9 @@ from controller.actors import project_root, start_local, stop_monitor
 t1 = time.perf_counter()
 if {way!r} == "before":
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             configure_logging=False, runtime_env={{"env_vars": {{"PYTHONPATH": project_root()}}}})
+             configure_logging=False, runtime_env={{"env_vars": {{"PYTHONPATH": str(project_root())}}}})
 else:
-    start_local(2, project_root())
+    start_local(2, str(project_root()))
 t2 = time.perf_counter()
 
 @ray.remote(num_cpus=1)

@@ -15,7 +15,7 @@ from pathlib import Path
 import ray
 
 from controller.address import join
-from controller.submit import ray_token_found
+from controller.submit import project_root, ray_token_found
 from evaluators.evaluator import Evaluator
 from evaluators.registry import get_domain
 from store.records import MutationRequest
@@ -84,10 +84,6 @@ def new_mutator(config):
     return MutatorActor.remote(config.domain, {}, config.mutator.embedded)
 
 
-def project_root() -> str:
-    return str(Path(__file__).resolve().parents[1])
-
-
 def connect(address: str | None, num_cpus: int | None = None) -> dict:
     """Join the cluster at `address` (or RAY_ADDRESS), else start a local Ray."""
     if ray.is_initialized():
@@ -95,7 +91,7 @@ def connect(address: str | None, num_cpus: int | None = None) -> dict:
     source = "--ray-address" if address else "RAY_ADDRESS"
     address = address or os.environ.get("RAY_ADDRESS")
     # Atoll's own tree first, then the caller's path (where a user's domain package may live)
-    paths = [project_root(), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    paths = [str(project_root()), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     path = os.pathsep.join(dict.fromkeys(paths))
     if address:
         # a Ray job's working_dir reaches every node already; another cluster's workers get the path
