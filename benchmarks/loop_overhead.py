@@ -13,7 +13,8 @@ Printed per case: proposals/s (N / wall), overhead per proposal in ms
 ((wall - sum of evaluation work / 2) / N, the work being the 200 ms the domain burns,
 0 for no-op), evaluations/s against the ideal 10 (200 ms case), peak memory of the
 whole process tree (driver, Ray's processes and workers, fork servers, sandboxes: the
-sum of their RSS, sampled every 250 ms, and of their PSS, every 4 s), the cost per proposal in each fifth of the run,
+sum of their RSS, sampled every 250 ms, and of their PSS, read when that sum reaches a new
+high, at most every 4 s), the cost per proposal in each fifth of the run,
 and the load average. The wall runs from the first proposal's arrival to the last
 commit (Ray's start-up and the seed's evaluation are printed apart).
 The held-out check of new bests is off (peers have none); the LLM server runs in
@@ -42,8 +43,10 @@ PEERS = ("peers, same method, 2 cores: OpenEvolve 0.4 (in-process, no sandbox): 
          "8.1/10 evals/s, 207 MB, cost per iteration 5 -> 18 ms over 1,000; ShinkaEvolve 0.0.7 (a subprocess "
          "per evaluation): 6.6 proposals/s, 152 ms, 2.4/10 (4.4 with its job cap lifted), 244 MB")
 # CPU and RSS every 250 ms; the tree's process list every second (its processes live long: each
-# candidate's is counted in its fork server's reaped children); PSS, the dearest, every 4 s
-SAMPLE_S, LIST_EVERY, PSS_EVERY = 0.25, 4, 16
+# candidate's is counted in its fork server's reaped children); PSS, the dearest (the kernel walks
+# every mapping), only when the RSS sum is 1% above what it was at the last PSS reading, and at
+# most every 4 s: once the tree's memory levels off, the sampling stops paying for it
+SAMPLE_S, LIST_EVERY, PSS_EVERY, PSS_RISE = 0.25, 4, 16, 1.01
 TARGET = "target (sandbox fully on): <= 5 ms overhead, >= 200 proposals/s no-op, >= 9.5/10 evals/s at 200 ms, flat"
 
 DOMAIN = '''\
@@ -165,22 +168,15 @@ class StepServer:
         self.server.server_close()
 
 
-def tree_memory(procs: list, cpu: dict, roles: dict, pss: bool) -> tuple[int, int | None]:
-    """(sum of RSS, sum of PSS or None) of `procs` (a process and its descendants); records each one's CPU
-    seconds in `cpu`.
-
-    PSS makes the kernel walk every mapping of the process (Ray's have many), so the caller
-    asks for it only every few samples: at every sample it would take a few percent of the cores
-    the run is measured on."""
-    rss = pss_sum = 0
+def tree_memory(procs: list, cpu: dict, roles: dict) -> int:
+    """The sum of RSS of `procs` (a process and its descendants); records each one's CPU seconds in `cpu`."""
+    rss = 0
     for p in procs:
         try:
             with p.oneshot():
                 times, name, resident = p.cpu_times(), p.name(), p.memory_info().rss
                 if roles.get(p.pid, ("",))[0] != name:  # Ray's workers take their actor's name after they start
                     roles[p.pid] = (name, _role(p))
-            if pss:
-                pss_sum += p.memory_full_info().pss
         except psutil.Error:
             continue
         role = roles[p.pid][1]  # a fork server's reaped children are its candidates' processes
@@ -189,7 +185,18 @@ def tree_memory(procs: list, cpu: dict, roles: dict, pss: bool) -> tuple[int, in
         if extra:
             cpu[-p.pid] = ("sandboxes", extra)
         rss += resident
-    return rss, (pss_sum if pss else None)
+    return rss
+
+
+def tree_pss(procs: list) -> int:
+    """The sum of PSS of `procs`: shared pages counted once over the tree."""
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_full_info().pss
+        except psutil.Error:
+            continue
+    return total
 
 
 def _role(p: psutil.Process) -> str:
@@ -221,6 +228,7 @@ def run_case(url: str, evals: int, work_ms: float, llm_in_flight: int, extra: li
             cmd = ["py-spy", "record", "--subprocesses", "--nonblocking", "-r", "200", "-f", "raw",
                    "-o", str(Path(profile).resolve() / f"loop-{evals - 1}-{work_ms:g}ms.txt"), "--", *cmd]
         start, peak, peak_pss, cpu, timeline, roles, sampling = time.monotonic(), 0, 0, {}, [], {}, 0.0
+        pss_rss, pss_at = 0, -PSS_EVERY  # the RSS sum at the last PSS reading, and that sample's number
         proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True)
         watched = psutil.Process(proc.pid)
@@ -228,11 +236,13 @@ def run_case(url: str, evals: int, work_ms: float, llm_in_flight: int, extra: li
             began = time.thread_time()
             if len(timeline) % LIST_EVERY == 0:
                 procs = [watched, *watched.children(recursive=True)]
-            rss, pss = tree_memory(procs, cpu, roles, pss=len(timeline) % PSS_EVERY == 0)
+            rss = tree_memory(procs, cpu, roles)
+            if rss > pss_rss * PSS_RISE and len(timeline) - pss_at >= PSS_EVERY:
+                peak_pss, pss_rss, pss_at = max(peak_pss, tree_pss(procs)), rss, len(timeline)
             sampling += time.thread_time() - began
             cpu[0] = (_HERE, sum(os.times()[:2]))  # this process: the LLM server's threads and this sampling
             cpu[-1] = (_SAMPLING, sampling)  # of which the sampling
-            peak, peak_pss = max(peak, rss), max(peak_pss, pss or 0)
+            peak = max(peak, rss)
             timeline.append((time.time(), {pid: seconds for pid, (_, seconds) in cpu.items()}))
             time.sleep(SAMPLE_S)
         output = proc.stdout.read()
@@ -300,7 +310,8 @@ def show(label: str, work_ms: float, r: dict) -> None:
     if work_ms:
         print(f"  evaluations/s {r['rate']:.2f} of ideal {2000 / work_ms:.0f}")
     print(f"  peak memory of the process tree {r['peak_mb']:.0f} MB (sum of RSS, every {SAMPLE_S * 1000:.0f} ms; "
-          f"{r['peak_pss_mb']:.0f} MB counting shared pages once, PSS, every {SAMPLE_S * PSS_EVERY:g} s)")
+          f"{r['peak_pss_mb']:.0f} MB counting shared pages once, PSS, read as the RSS sum rose, at most every "
+          f"{SAMPLE_S * PSS_EVERY:g} s)")
     here, sampling = r["window"].pop(_HERE, 0.0), r["window"].pop(_SAMPLING, 0.0)
     total = sum(r["window"].values())
     print(f"  CPU per proposal, every process of the tree together, from the second fifth's first proposal "

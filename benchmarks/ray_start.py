@@ -3,9 +3,12 @@
 Every `atoll` command that searches or reports starts a Ray of its own and then its actors.
 Each round runs two fresh processes, alternated so both meet the same load. Each starts Ray,
 starts two actors that import from Atoll's tree (one CPU each, as evaluators are) and shuts
-Ray down. "before" gives the workers their PYTHONPATH in a runtime_env and leaves the shutdown
-to Ray; "now" is `controller.actors.start_local` (the path through the environment Ray's
-processes inherit) and `stop_monitor` ahead of the shutdown, as at an `atoll` command's exit.
+Ray down. "before" gives the workers their PYTHONPATH in a runtime_env and leaves Ray's
+helpers running and the shutdown to Ray; "now" is `controller.actors.start_local` (the path
+through the environment Ray's processes inherit, and its log monitor and autoscaler monitor
+stopped once it is up). Between the actors' start and the shutdown, each run idles `--idle`
+seconds with its two actors alive and measures the CPU that every process of its Ray spends
+meanwhile (the driver and all it started: what a run pays each second beside its work).
 The script prints the medians of each step and the load average around them.
 
     unshare -n sh -c 'ip link set lo up && python3 benchmarks/ray_start.py --rounds 5'
@@ -26,8 +29,39 @@ ONE = r'''
 import json, os, sys, time
 sys.path.insert(0, {root!r})
 t0 = time.perf_counter()
+import psutil
 import ray
-from controller.actors import project_root, start_local, stop_monitor
+
+
+def cpu_per_s(seconds):
+    """CPU ms a second of this process and all it started, over `seconds` of idling, by process name."""
+    def sample():
+        me = psutil.Process()
+        out = {{}}
+        for p in [me, *me.children(recursive=True)]:
+            try:
+                times, name = p.cpu_times(), p.name()
+                if p.pid == me.pid:
+                    name = "driver"
+                elif name.startswith("python"):  # Ray's helpers in Python: named by their script
+                    script = next((a for a in p.cmdline()[1:] if a.endswith(".py")), name)
+                    name = os.path.basename(script)
+                out[p.pid] = (name, times.user + times.system)
+            except psutil.Error:
+                pass
+        return out
+    if not seconds:
+        return {{}}
+    time.sleep(1.0)  # the actors' own start behind
+    a, start = sample(), time.monotonic()
+    time.sleep(seconds)
+    b, spent = sample(), time.monotonic() - start
+    found = {{}}
+    for pid, (name, cpu) in b.items():
+        if pid in a:
+            found[name] = found.get(name, 0.0) + 1000 * (cpu - a[pid][1]) / spent
+    return found
+from controller.actors import project_root, start_local
 t1 = time.perf_counter()
 if {way!r} == "before":
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
@@ -45,21 +79,21 @@ class Probe:
 actors = [Probe.remote() for _ in range(2)]
 found = ray.get([a.where.remote() for a in actors])
 t3 = time.perf_counter()
-if {way!r} == "now":
-    stop_monitor()
-ray.shutdown()
+idle = cpu_per_s({idle})
 t4 = time.perf_counter()
-print(json.dumps({{"import": t1 - t0, "init": t2 - t1, "actors": t3 - t2, "shutdown": t4 - t3,
-                  "found": found}}))
+ray.shutdown()
+t5 = time.perf_counter()
+print(json.dumps({{"import": t1 - t0, "init": t2 - t1, "actors": t3 - t2, "shutdown": t5 - t4,
+                  "idle": idle, "found": found}}))
 '''
 
 WAYS = ("before", "now")
 STEPS = ("init", "actors", "shutdown")
 
 
-def one(way: str) -> dict:
+def one(way: str, idle: float) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the path comes from `way` alone
-    proc = subprocess.run([sys.executable, "-c", ONE.format(root=str(ROOT), way=way)], env=env, cwd="/",
+    proc = subprocess.run([sys.executable, "-c", ONE.format(root=str(ROOT), way=way, idle=idle)], env=env, cwd="/",
                           capture_output=True, text=True, timeout=300, check=False)
     if proc.returncode:
         sys.exit(f"the {way} run failed:\n{proc.stderr[-2000:]}")
@@ -72,17 +106,27 @@ def one(way: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="pairs of runs, alternated (default 5)")
+    parser.add_argument("--idle", type=float, default=10.0,
+                        help="seconds each run idles with its actors alive while its Ray's CPU is measured "
+                             "(default 10; 0 skips it)")
     args = parser.parse_args()
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
     runs: dict[str, list[dict]] = {w: [] for w in WAYS}
     for i in range(args.rounds):
         for way in WAYS if i % 2 == 0 else reversed(WAYS):
-            runs[way].append(one(way))
+            runs[way].append(one(way, args.idle))
     for way in WAYS:
         med = {s: statistics.median(r[s] for r in runs[way]) for s in STEPS}
         total = statistics.median(sum(r[s] for s in STEPS) for r in runs[way])
         print(f"{way:6s} median of {args.rounds}: ray.init {med['init']:.2f} s, two actors ready "
               f"{med['actors']:.2f} s, shutdown {med['shutdown']:.2f} s, all three {total:.2f} s")
+        if args.idle:
+            names = sorted({n for r in runs[way] for n in r["idle"]})
+            by_name = {n: statistics.median(r["idle"].get(n, 0.0) for r in runs[way]) for n in names}
+            whole = statistics.median(sum(r["idle"].values()) for r in runs[way])
+            print(f"       idle, CPU of its Ray and driver: {whole:.1f} ms a second (medians: "
+                  + ", ".join(f"{n} {v:.1f}" for n, v in sorted(by_name.items(), key=lambda kv: -kv[1]) if v >= 0.05)
+                  + ")")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

@@ -5,7 +5,6 @@ testable without Ray; `ray.remote(TheClass)` makes the actor.
 """
 from __future__ import annotations
 
-import atexit
 import contextlib
 import dataclasses
 import os
@@ -122,7 +121,7 @@ def start_local(num_cpus: int | None, path: str) -> None:
             del os.environ["PYTHONPATH"]
         else:
             os.environ["PYTHONPATH"] = before
-    atexit.register(stop_monitor)  # after ray.init: runs before Ray's own shutdown at exit
+    stop_helpers()
 
 
 def token_without_home() -> None:
@@ -146,16 +145,21 @@ def token_without_home() -> None:
     os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
 
 
-def stop_monitor() -> None:
-    """Kill the local Ray's autoscaler monitor ahead of Ray's shutdown.
+def stop_helpers() -> None:
+    """Stop the two processes a command's own Ray runs for nobody: its log monitor and its
+    autoscaler monitor.
 
-    Ray's shutdown stops the GCS first, then asks the monitor to stop; the monitor then tries
-    to tell the GCS and is killed a second later. A Ray of this machine's own scales nothing,
-    so the monitor is killed at once: Ray's shutdown takes 0.14 to 0.35 s instead of 1.36 s
-    (`benchmarks/ray_start.py`). Ray 2.60's `Node.kill_monitor`; on any other Ray this does
-    nothing.
+    The log monitor tails every worker's log for drivers that print them; Atoll's driver asks
+    for none (`log_to_driver=False`). The autoscaler monitor scales a cluster; a Ray of this
+    machine's own has a fixed size. Left running, the two cost 8 ms of CPU a second between
+    them, every second of a run (`benchmarks/ray_start.py`), and at exit Ray's shutdown stopped
+    the GCS, then waited a second for the autoscaler monitor to give up on it: the shutdown takes
+    0.14 to 0.35 s instead of 1.36 s. Ray 2.60's `Node.kill_log_monitor` and `kill_monitor`
+    (which also reap them and take them off the node's list); on another Ray this does nothing.
     """
-    kill = getattr(getattr(ray._private.worker, "_global_node", None), "kill_monitor", None)
-    if kill is not None:
-        with contextlib.suppress(Exception):  # shutting down anyway: Ray's shutdown handles the rest
-            kill(check_alive=False)
+    node = getattr(ray._private.worker, "_global_node", None)
+    for name in ("kill_log_monitor", "kill_monitor"):
+        kill = getattr(node, name, None)
+        if kill is not None:
+            with contextlib.suppress(Exception):  # a helper already gone is what was wanted
+                kill(check_alive=False)

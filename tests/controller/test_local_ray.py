@@ -1,6 +1,7 @@
 """The Ray an `atoll` command starts for itself: its workers find Atoll and the caller's path
-without a runtime_env, it starts with a home that cannot be written, and its exit does not wait
-on Ray's autoscaler monitor."""
+without a runtime_env, it starts with a home that cannot be written, and it runs neither the log
+monitor nor the autoscaler monitor (nobody reads the one, nothing scales, and Ray's shutdown
+waited a second on the other)."""
 import json
 import subprocess
 import sys
@@ -17,20 +18,27 @@ from ray._private import node as ray_node, ray_constants
 
 from controller.actors import connect
 
-connect(None, 1)
-assert os.environ.get("PYTHONPATH") == {pythonpath!r}, "the driver's own environment is left as it was"
-job = ray.get_runtime_context().runtime_env
 kill = ray_node.Node._kill_process_impl
 signature = inspect.signature(kill)
+HELPERS = (ray_constants.PROCESS_TYPE_LOG_MONITOR, ray_constants.PROCESS_TYPE_MONITOR)
 
-def watched(self, process_type, *args, **kwargs):  # each time the monitor is stopped, and how
-    if process_type == ray_constants.PROCESS_TYPE_MONITOR:
+def watched(self, process_type, *args, **kwargs):  # each time a helper is stopped, and how
+    if process_type in HELPERS and process_type in self.all_processes:
         call = signature.bind(self, process_type, *args, **kwargs)
         call.apply_defaults()
-        print(json.dumps({{"monitor stopped, politely": call.arguments["allow_graceful"]}}), flush=True)
+        pid = self.all_processes[process_type][0].process.pid
+        out = kill(self, process_type, *args, **kwargs)
+        gone = not os.path.exists(f"/proc/{{pid}}")  # killed and reaped
+        print(json.dumps({{"stopped": process_type, "politely": call.arguments["allow_graceful"],
+                          "gone": gone}}), flush=True)
+        return out
     return kill(self, process_type, *args, **kwargs)
 
 ray_node.Node._kill_process_impl = watched
+connect(None, 1)
+print(json.dumps({{"connected": sorted(ray._private.worker._global_node.all_processes)}}), flush=True)
+assert os.environ.get("PYTHONPATH") == {pythonpath!r}, "the driver's own environment is left as it was"
+job = ray.get_runtime_context().runtime_env
 
 @ray.remote(num_cpus=1)
 class Probe:
@@ -45,7 +53,7 @@ print(json.dumps({{"found": found, "runtime_env": job, "auth": os.environ.get("R
 
 
 @pytest.mark.parametrize("home", ["a home of its own", "a home that cannot be written"])
-def test_a_local_rays_workers_import_atoll_and_the_callers_path_and_its_exit_stops_the_monitor_first(tmp_path, home):
+def test_a_local_rays_workers_import_atoll_and_the_callers_path_and_its_idle_helpers_are_stopped(tmp_path, home):
     (tmp_path / "user_pkg_for_probe.py").write_text("X = 42\n")
     pythonpath = str(tmp_path)  # the caller's path only: Atoll's tree is added for the workers
     if home == "a home of its own":
@@ -57,11 +65,15 @@ def test_a_local_rays_workers_import_atoll_and_the_callers_path_and_its_exit_sto
                                "SRC": str(ROOT)}, capture_output=True, text=True, timeout=180, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    probe, *stops = lines
+    *stops, connected, probe = lines
+    # both stopped as Ray came up (killed, reaped, off the node's list); Ray's own shutdown would
+    # ask the autoscaler monitor to stop, then wait a second for it to give up on the GCS
+    assert stops == [{"stopped": "log_monitor", "politely": False, "gone": True},
+                     {"stopped": "monitor", "politely": False, "gone": True}]
+    assert "log_monitor" not in connected["connected"] and "monitor" not in connected["connected"]
+    assert "raylet" in connected["connected"]
     assert probe["found"] == [str(ROOT / "controller" / "actors.py"), 42]
     assert not probe["runtime_env"], "a local Ray's workers get the path from the environment, not a runtime_env"
-    # Ray's own shutdown would ask it to stop, then wait a second for it to give up on the GCS
-    assert stops == [{"monitor stopped, politely": False}]
     assert "autoscaler failed" not in proc.stderr
     # Ray's token authentication holds either way: its token saved in ~/.ray, or one of the command's own
     assert probe["auth"] == "token"
