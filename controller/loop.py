@@ -68,6 +68,7 @@ class Search(EvaluatorPool, Outcomes, LostActors):
         best = self.islands.best()
         self.best_score = best.score if best else None
         self.helm = Helm(archive, run_id)  # pause, resume, stop, budgets, status: the control plane's commands
+        self._snapshot_done: int | None = None  # search results committed at the last snapshot (None: none yet)
 
     # --- actors -------------------------------------------------------------
     def _start_actors(self) -> None:
@@ -216,8 +217,7 @@ class Search(EvaluatorPool, Outcomes, LostActors):
                     if now - last_commit >= self.config.controller.commit_every_s:
                         self.commit()
                         last_commit = now
-                    idle = self.helm.paused and not self.pending  # a long pause rewrites no snapshot
-                    if now - last_publish >= self.config.controller.snapshot_every_s and not idle:
+                    if now - last_publish >= self.config.controller.snapshot_every_s:
                         self.publish()
                         last_publish = now
                     progress.update(self.helm.searched_s(time.monotonic()))
@@ -296,8 +296,17 @@ class Search(EvaluatorPool, Outcomes, LostActors):
         self.memory.flush(self.done, self.best_score)
 
     def publish(self) -> None:
-        """Commit with a snapshot of the islands in the same transaction, so a resume replays only what follows."""
+        """Commit with a snapshot of the islands in the same transaction, so a resume replays only what follows.
+
+        Only the search's results change what a resume needs of the islands, so with none committed
+        since the last snapshot (evaluations that take minutes, a paused run) the snapshot is not
+        written again: a week of a slow search rewrote the same islands every few seconds.
+        """
+        searched = self.done + sum(1 for _, r in self.results if r.split == "search")
+        if searched == self._snapshot_done:
+            return self.commit()
         self.commit(snapshot=lambda last_seq: islands_snapshot(self.islands, last_seq))
+        self._snapshot_done = searched
 
 
 def stored_seed_error(archive, run_id: str) -> str:
