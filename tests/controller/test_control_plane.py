@@ -172,8 +172,16 @@ def test_stop_commits_everything_and_resume_ends_exactly_at_a_lowered_budget(seg
         (tmp / "wrong").write_text("y" * 32)
         wrong = atoll(tmp, "pause", run_dir, "--token-file", tmp / "wrong", timeout=60)
         watch = start(tmp, "watch", run_dir, "--every", "1", ATOLL_CONTROL_TOKEN=TOKEN)
-        target = stopped + 6
+        # paused first, so the budget can be lowered to 6 past what is done however fast the run goes
+        # (unpaused, a fast machine had finished more than that before the call arrived, and it was refused)
+        paused = atoll(tmp, "pause", run_dir, timeout=60, ATOLL_CONTROL_TOKEN=TOKEN)
+        client = ControlClient(run_dir, token=TOKEN)
+        wait_for("in-flight work to finish", lambda: client.status().in_flight == 0, proc)
+        settled = wait_for("everything finished to be committed",
+                           lambda: (s := client.status()).evaluations == live_count(run_dir) and s, proc)
+        target = settled.evaluations + 6
         lowered = atoll(tmp, "set", run_dir, f"run.max_evals={target}", timeout=60, ATOLL_CONTROL_TOKEN=TOKEN)
+        resumed = atoll(tmp, "continue", run_dir, timeout=60, ATOLL_CONTROL_TOKEN=TOKEN)
         out, err = proc.communicate(timeout=150)
         watched, _ = watch.communicate(timeout=60)
     finally:
@@ -182,6 +190,8 @@ def test_stop_commits_everything_and_resume_ends_exactly_at_a_lowered_budget(seg
             kill_group(watch)
     assert no_token.returncode == 2 and "needs its token: set ATOLL_CONTROL_TOKEN" in no_token.stderr
     assert wrong.returncode == 2 and "refused the token (wrong or missing control token)" in wrong.stderr
+    assert paused.returncode == 0 and resumed.returncode == 0, (paused.stderr, resumed.stderr)
+    assert stopped <= settled.evaluations < 54
     assert lowered.returncode == 0, lowered.stderr
     assert proc.returncode == 0 and f"search completed: {target} evaluations" in out, (out, err)
     assert counts(run_dir) == (target, target) and proposed_texts(run_dir) == target
