@@ -8,7 +8,8 @@ helpers running and the shutdown to Ray; "now" is `controller.actors.start_local
 through the environment Ray's processes inherit, and its log monitor and autoscaler monitor
 stopped once it is up). Between the actors' start and the shutdown, each run idles `--idle`
 seconds with its two actors alive and measures the CPU that every process of its Ray spends
-meanwhile (the driver and all it started: what a run pays each second beside its work).
+meanwhile (the driver and all it started: what a run pays each second beside its work), then
+their memory (PSS, shared pages counted once).
 The script prints the medians of each step and the load average around them.
 
     unshare -n sh -c 'ip link set lo up && python3 benchmarks/ray_start.py --rounds 5'
@@ -61,6 +62,17 @@ def cpu_per_s(seconds):
         if pid in a:
             found[name] = found.get(name, 0.0) + 1000 * (cpu - a[pid][1]) / spent
     return found
+
+
+def tree_pss_mb():
+    """The PSS of this process and all it started, in MB: shared pages counted once."""
+    me, total = psutil.Process(), 0
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            total += p.memory_full_info().pss
+        except psutil.Error:
+            pass
+    return total / 2**20
 from controller.actors import project_root, start_local
 t1 = time.perf_counter()
 if {way!r} == "before":
@@ -80,11 +92,12 @@ actors = [Probe.remote() for _ in range(2)]
 found = ray.get([a.where.remote() for a in actors])
 t3 = time.perf_counter()
 idle = cpu_per_s({idle})
+pss = tree_pss_mb()
 t4 = time.perf_counter()
 ray.shutdown()
 t5 = time.perf_counter()
 print(json.dumps({{"import": t1 - t0, "init": t2 - t1, "actors": t3 - t2, "shutdown": t5 - t4,
-                  "idle": idle, "found": found}}))
+                  "idle": idle, "pss": pss, "found": found}}))
 '''
 
 WAYS = ("before", "now")
@@ -124,7 +137,9 @@ def main() -> None:
             names = sorted({n for r in runs[way] for n in r["idle"]})
             by_name = {n: statistics.median(r["idle"].get(n, 0.0) for r in runs[way]) for n in names}
             whole = statistics.median(sum(r["idle"].values()) for r in runs[way])
-            print(f"       idle, CPU of its Ray and driver: {whole:.1f} ms a second (medians: "
+            pss = statistics.median(r["pss"] for r in runs[way])
+            print(f"       idle, CPU of its Ray and driver: {whole:.1f} ms a second; their memory {pss:.0f} MB (PSS) "
+                  "(medians: "
                   + ", ".join(f"{n} {v:.1f}" for n, v in sorted(by_name.items(), key=lambda kv: -kv[1]) if v >= 0.05)
                   + ")")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
