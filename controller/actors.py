@@ -9,11 +9,14 @@ import contextlib
 import dataclasses
 import os
 import secrets
+import shutil
+import sys
 from pathlib import Path
 
 import ray
 
 from controller.address import join
+from controller.cli import UserError
 from controller.submit import project_root, ray_token_found
 from evaluators.evaluator import Evaluator
 from evaluators.registry import get_domain
@@ -111,17 +114,56 @@ def start_local(num_cpus: int | None, path: str) -> None:
     ready instead of 0.25 s (`benchmarks/ray_start.py`).
     """
     token_without_home()
+    temp = ray_temp_dir()
+    free = free_bytes(temp)
+    if free is not None and free < RAY_MIN_FREE:  # Ray would wait half a minute for its GCS, then raise
+        raise UserError(f"{temp} has {_size(free)} free: the command's own Ray keeps its session's files, sockets and "
+                        "logs there and cannot start; free some space there, or set RAY_TMPDIR to a folder with room")
     before = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = path
     try:
         ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
                  configure_logging=False)
+    except Exception as exc:  # noqa: BLE001  whatever Ray raised, the user gets one line and where to look
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        free = free_bytes(temp)
+        room = f", {_size(free)} free there" if free is not None else ""
+        raise UserError(f"the command's own Ray did not start: {detail[:300]} (Ray keeps its session in {temp}{room}; "
+                        f"its logs are under {temp / 'session_latest' / 'logs'})") from None
     finally:
         if before is None:
             del os.environ["PYTHONPATH"]
         else:
             os.environ["PYTHONPATH"] = before
     stop_helpers()
+
+
+RAY_MIN_FREE = 32 * 2**20  # below this a local Ray's head cannot write its session (checked before it starts)
+
+
+def ray_temp_dir() -> Path:
+    """Where a Ray started here keeps its sessions: RAY_TMPDIR, else TMPDIR (on Linux), else /tmp; then `ray`."""
+    if "RAY_TMPDIR" in os.environ:
+        base = os.environ["RAY_TMPDIR"]
+    elif sys.platform.startswith("linux") and "TMPDIR" in os.environ:
+        base = os.environ["TMPDIR"]
+    else:
+        base = "/tmp"  # Ray's own default, named to tell the user where it writes
+    return Path(base) / "ray"
+
+
+def free_bytes(path: Path) -> int | None:
+    """Free bytes on the filesystem that holds `path` (its nearest existing folder); None if none can be read."""
+    for folder in (path, *path.parents):
+        try:
+            return shutil.disk_usage(folder).free
+        except OSError:
+            continue
+    return None
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n < 2**30 else f"{n / 2**30:.1f} GiB"
 
 
 def token_without_home() -> None:

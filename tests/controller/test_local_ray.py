@@ -79,3 +79,39 @@ def test_a_local_rays_workers_import_atoll_and_the_callers_path_and_its_idle_hel
     assert probe["auth"] == "token"
     assert probe["own token"] == (home == "a home that cannot be written")
     assert (tmp_path / "home" / ".ray" / "auth_token").is_file() == (home == "a home of its own")
+
+
+def test_too_little_room_for_rays_session_is_one_line_before_ray_starts(tmp_path, monkeypatch):
+    """A full /tmp made Ray wait half a minute for its GCS, then raise a traceback."""
+    import shutil
+
+    import ray
+
+    from controller import actors
+    from controller.cli import UserError
+
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    usage = type(shutil.disk_usage(tmp_path))
+    monkeypatch.setattr(actors.shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 2**20, 2**20))
+    monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail("Ray was started"))
+    with pytest.raises(UserError) as refused:
+        actors.start_local(1, str(ROOT))
+    assert str(refused.value) == (f"{tmp_path / 'ray'} has 1.0 MiB free: the command's own Ray keeps its session's "
+                                  "files, sockets and logs there and cannot start; free some space there, or set "
+                                  "RAY_TMPDIR to a folder with room")
+
+
+def test_a_local_ray_that_does_not_start_is_one_line_that_says_where_its_logs_are(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    temp = tmp_path / "a-file" / "ray"  # Ray cannot make its session folder there
+    proc = subprocess.run([sys.executable, "-m", "controller", "run", str(ROOT / "configs" / "inventory.toml"),
+                           "--max-evals", "2", "--run-dir", str(tmp_path / "run"), "--no-report"], cwd=tmp_path,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(ROOT),
+                               "RAY_TMPDIR": str(tmp_path / "a-file")},
+                          capture_output=True, text=True, timeout=180, check=False)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"atoll: the command's own Ray did not start: [Errno 20] Not a directory: '{temp}' "
+                           f"(Ray keeps its session in {temp}, "), last
+    assert last.endswith(f" free there; its logs are under {temp / 'session_latest' / 'logs'})"), last
