@@ -128,8 +128,11 @@ def start_local(num_cpus: int | None, path: str) -> None:
         detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         free = free_bytes(temp)
         room = f", {_size(free)} free there" if free is not None else ""
+        logs = temp / "session_latest" / "logs"
+        where = (f"its logs are under {logs}" if logs.is_dir()
+                 else "set RAY_TMPDIR to a folder you can write")  # it could not even make its session folder
         raise UserError(f"the command's own Ray did not start: {detail[:300]} (Ray keeps its session in {temp}{room}; "
-                        f"its logs are under {temp / 'session_latest' / 'logs'})") from None
+                        f"{where})") from None
     finally:
         if before is None:
             del os.environ["PYTHONPATH"]
