@@ -129,7 +129,7 @@ def start_local(num_cpus: int | None, path: str) -> None:
         free = free_bytes(temp)
         room = f", {_size(free)} free there" if free is not None else ""
         logs = temp / "session_latest" / "logs"
-        where = (f"its logs are under {logs}" if logs.is_dir()
+        where = (f"its logs are under {logs}" if _is_dir(logs)
                  else "set RAY_TMPDIR to a folder you can write")  # it could not even make its session folder
         raise UserError(f"the command's own Ray did not start: {detail[:300]} (Ray keeps its session in {temp}{room}; "
                         f"{where})") from None
@@ -163,6 +163,13 @@ def free_bytes(path: Path) -> int | None:
         except OSError:
             continue
     return None
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:  # e.g. a folder above it this user may not search (Path.is_dir raises for that)
+        return False
 
 
 def _size(n: int) -> str:

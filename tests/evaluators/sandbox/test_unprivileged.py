@@ -1,5 +1,6 @@
 """The non-root path, on purpose: the sandbox and hostile-program tests again, as an ordinary user
-(and a run that user may not write, `tests/controller/test_not_yours.py`).
+(and a run that user may not write, or a temp folder where Ray cannot make its session,
+`tests/controller/test_not_yours.py`).
 
 Run as root (CI is), this test re-runs them through `setpriv` as uid and gid
 65534 with no supplementary groups and no capabilities, so every protection
