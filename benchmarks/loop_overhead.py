@@ -251,7 +251,8 @@ def run_case(url: str, evals: int, work_ms: float, llm_in_flight: int, extra: li
             raise SystemExit(f"atoll run exited {proc.returncode}:\n{output[-3000:]}")
         found = figures(tmp / "run" / "archive.duckdb", work_ms / 1000)
         return dict(found, peak_mb=peak / 2**20, peak_pss_mb=peak_pss / 2**20, total_s=total, cpu=_by_role(cpu),
-                    window=window_cpu(timeline, cpu, found["steady"], found["last"], found["steady_n"]))
+                    window=window_cpu(timeline, cpu, found["steady"], found["last"], found["steady_n"]),
+                    window_n=found["steady_n"])
 
 
 def window_cpu(timeline: list, cpu: dict, t0: float, t1: float, n: int) -> dict:
@@ -281,7 +282,7 @@ def _by_role(cpu: dict) -> dict:
 def figures(archive: Path, work_s: float) -> dict:
     con = duckdb.connect(str(archive), read_only=True)
     rows = con.execute(
-        "SELECT p.created_at, e.duration_s, e.status FROM programs p JOIN evaluations e "
+        "SELECT p.created_at, e.duration_s, e.status, e.created_at FROM programs p JOIN evaluations e "
         "ON e.program_id = p.program_id AND e.split = 'search' WHERE p.mutator <> 'seed' ORDER BY p.created_at"
     ).fetchall()
     last_commit = con.execute("SELECT max(created_at) FROM evaluations").fetchone()[0]
@@ -297,9 +298,25 @@ def figures(archive: Path, work_s: float) -> dict:
     for part in np.array_split(np.arange(n), 5):
         t1 = created[part[-1] + 1] if part[-1] + 1 < n else last_commit
         fifths.append(1000 * ((t1 - created[part[0]]) / len(part) - work_s / 2))
-    return {"n": n, "wall_s": wall, "steady": float(created[n // 5]), "steady_n": n - n // 5, "last": float(last_commit), "ok": sum(r[2] == "OK" for r in rows), "eval_s": float(np.mean([r[1] for r in rows])),
+    t0, t1, between = _steady_window(np.sort(np.array([r[3] for r in rows])))
+    if not between:  # too short a run for two commits apart: from the second fifth's first proposal to the end
+        t0, t1, between = float(created[n // 5]), float(last_commit), n - n // 5
+    return {"n": n, "wall_s": wall, "steady": t0, "steady_n": between, "last": t1, "ok": sum(r[2] == "OK" for r in rows), "eval_s": float(np.mean([r[1] for r in rows])),
             "seed_s": seed_s, "fifths_ms": fifths, "calls": calls, "duplicates": duplicates,
             "overhead_ms": 1000 * (wall - n * work_s / 2) / n, "rate": n / wall}
+
+
+def _steady_window(commits: np.ndarray) -> tuple[float, float, int]:
+    """(t0, t1, evaluations committed in (t0, t1]) for the CPU a proposal costs: from the commit that takes
+    the run past a fifth of its evaluations to the one that takes it past nine tenths. Both ends are
+    commits in mid-run, so the work in flight at either end (started before t0, or still running at t1)
+    evens out; a window that ended at the last commit (nothing in flight) and began at a proposal's
+    creation charged the evaluations queued before it to the proposals in it."""
+    n = len(commits)
+    if n < 10:
+        return 0.0, 0.0, 0
+    t0, t1 = float(commits[n // 5]), float(commits[(9 * n) // 10])
+    return t0, t1, int(np.sum((commits > t0) & (commits <= t1)))
 
 
 def show(label: str, work_ms: float, r: dict) -> None:
@@ -314,8 +331,8 @@ def show(label: str, work_ms: float, r: dict) -> None:
           f"{SAMPLE_S * PSS_EVERY:g} s)")
     here, sampling = r["window"].pop(_HERE, 0.0), r["window"].pop(_SAMPLING, 0.0)
     total = sum(r["window"].values())
-    print(f"  CPU per proposal, every process of the tree together, from the second fifth's first proposal "
-          f"(start-up behind) to the last commit: "
+    print(f"  CPU per proposal, every process of the tree together, between the commits that take the run past "
+          f"a fifth and nine tenths of its evaluations ({r['window_n']} evaluations; start-up and the end behind): "
           f"{total:.1f} ms (2 cores give at most {2000 / total:.0f} proposals/s at that cost): "
           + ", ".join(f"{k} {v:.2f}" for k, v in r["window"].items() if v >= 0.05))
     print(f"  beside the tree, on the same cores: this benchmark's own process (its loopback LLM server and the "
