@@ -10,7 +10,6 @@ import dataclasses
 import os
 import secrets
 import shutil
-import sys
 from pathlib import Path
 
 import ray
@@ -126,7 +125,6 @@ def start_local(num_cpus: int | None, path: str) -> None:
                  configure_logging=False)
     except Exception as exc:  # noqa: BLE001  whatever Ray raised, the user gets one line and where to look
         detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        free = free_bytes(temp)
         room = f", {_size(free)} free there" if free is not None else ""
         logs = temp / "session_latest" / "logs"
         where = (f"its logs are under {logs}" if _is_dir(logs)
@@ -145,14 +143,11 @@ RAY_MIN_FREE = 32 * 2**20  # below this a local Ray's head cannot write its sess
 
 
 def ray_temp_dir() -> Path:
-    """Where a Ray started here keeps its sessions: RAY_TMPDIR, else TMPDIR (on Linux), else /tmp; then `ray`."""
-    if "RAY_TMPDIR" in os.environ:
-        base = os.environ["RAY_TMPDIR"]
-    elif sys.platform.startswith("linux") and "TMPDIR" in os.environ:
-        base = os.environ["TMPDIR"]
-    else:
-        base = "/tmp"  # Ray's own default, named to tell the user where it writes
-    return Path(base) / "ray"
+    """Where a Ray started here keeps its sessions (RAY_TMPDIR, else TMPDIR, else /tmp; then `ray`),
+    as Ray 2.60 itself picks it."""
+    from ray._common.utils import get_default_ray_temp_dir
+
+    return Path(get_default_ray_temp_dir())
 
 
 def free_bytes(path: Path) -> int | None:
