@@ -302,11 +302,10 @@ class Search(EvaluatorPool, Outcomes, LostActors):
         since the last snapshot (evaluations that take minutes, a paused run) the snapshot is not
         written again: a week of a slow search rewrote the same islands every few seconds.
         """
-        searched = self.done + sum(1 for _, r in self.results if r.split == "search")
-        if searched == self._snapshot_done:
+        if self.done == self._snapshot_done and not any(r.split == "search" for _, r in self.results):
             return self.commit()
         self.commit(snapshot=lambda last_seq: islands_snapshot(self.islands, last_seq))
-        self._snapshot_done = searched
+        self._snapshot_done = self.done  # commit() counted this batch's search results into it
 
 
 def stored_seed_error(archive, run_id: str) -> str:
