@@ -118,8 +118,10 @@ def start_local(num_cpus: int | None, path: str) -> None:
     if free is not None and free < RAY_MIN_FREE:  # Ray would wait half a minute for its GCS, then raise
         raise UserError(f"{temp} has {_size(free)} free: the command's own Ray keeps its session's files, sockets and "
                         "logs there and cannot start; free some space there, or set RAY_TMPDIR to a folder with room")
-    before = os.environ.get("PYTHONPATH")
+    before = {name: os.environ.get(name) for name in ("PYTHONPATH", *QUIET_AGENT)}
     os.environ["PYTHONPATH"] = path
+    for name, value in QUIET_AGENT.items():
+        os.environ.setdefault(name, value)  # one the user set stands
     try:
         ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
                  configure_logging=False)
@@ -132,11 +134,18 @@ def start_local(num_cpus: int | None, path: str) -> None:
         raise UserError(f"the command's own Ray did not start: {detail[:300]} (Ray keeps its session in {temp}{room}; "
                         f"{where})") from None
     finally:
-        if before is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = before
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     stop_helpers()
+
+
+# Ray's dashboard agent, as a command's own Ray runs it: node statistics (psutil over every
+# process) for a dashboard that is not started, every minute instead of every 5 s. Its
+# processes get these through the environment they inherit, as they get PYTHONPATH.
+QUIET_AGENT = {"REPORTER_UPDATE_INTERVAL_MS": "60000"}
 
 
 RAY_MIN_FREE = 32 * 2**20  # below this a local Ray's head cannot write its session (checked before it starts)

@@ -1,7 +1,7 @@
 """The Ray an `atoll` command starts for itself: its workers find Atoll and the caller's path
-without a runtime_env, it starts with a home that cannot be written, and it runs neither the log
+without a runtime_env, it starts with a home that cannot be written, it runs neither the log
 monitor nor the autoscaler monitor (nobody reads the one, nothing scales, and Ray's shutdown
-waited a second on the other)."""
+waited a second on the other), and its dashboard agent gathers node statistics once a minute."""
 import json
 import subprocess
 import sys
@@ -47,8 +47,13 @@ class Probe:
         return controller.actors.__file__, user_pkg_for_probe.X
 
 found = ray.get(Probe.remote().where.remote())
+raylet = ray._private.worker._global_node.all_processes["raylet"][0].process.pid
+with open(f"/proc/{{raylet}}/environ", "rb") as f:  # what the raylet hands its dashboard agent
+    environ = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if item)
 print(json.dumps({{"found": found, "runtime_env": job, "auth": os.environ.get("RAY_AUTH_MODE"),
-                  "own token": "RAY_AUTH_TOKEN" in os.environ}}), flush=True)
+                  "own token": "RAY_AUTH_TOKEN" in os.environ,
+                  "agent's": environ.get(b"REPORTER_UPDATE_INTERVAL_MS", b"").decode(),
+                  "driver's": os.environ.get("REPORTER_UPDATE_INTERVAL_MS")}}), flush=True)
 '''
 
 
@@ -60,9 +65,11 @@ def test_a_local_rays_workers_import_atoll_and_the_callers_path_and_its_idle_hel
         (tmp_path / "home").mkdir()
     else:
         (tmp_path / "home").write_text("")  # a file: no ~/.ray can be made in it, even by root
+    # the dashboard agent reports node statistics every minute, not every 5 s; a setting the user made stands
+    own = {} if home == "a home of its own" else {"REPORTER_UPDATE_INTERVAL_MS": "7000"}
     proc = subprocess.run([sys.executable, "-c", SCRIPT.format(pythonpath=pythonpath)], cwd=tmp_path,
                           env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home"), "PYTHONPATH": pythonpath,
-                               "SRC": str(ROOT)}, capture_output=True, text=True, timeout=180, check=False)
+                               "SRC": str(ROOT), **own}, capture_output=True, text=True, timeout=180, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     *stops, connected, probe = lines
@@ -79,6 +86,8 @@ def test_a_local_rays_workers_import_atoll_and_the_callers_path_and_its_idle_hel
     assert probe["auth"] == "token"
     assert probe["own token"] == (home == "a home that cannot be written")
     assert (tmp_path / "home" / ".ray" / "auth_token").is_file() == (home == "a home of its own")
+    assert probe["agent's"] == own.get("REPORTER_UPDATE_INTERVAL_MS", "60000")
+    assert probe["driver's"] == own.get("REPORTER_UPDATE_INTERVAL_MS"), "the driver's own environment is left as it was"
 
 
 def test_too_little_room_for_rays_session_is_one_line_before_ray_starts(tmp_path, monkeypatch):
