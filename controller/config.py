@@ -65,7 +65,7 @@ class ControllerConfig(_Strict):
 
     in_flight_per_actor: int = Field(2, ge=1, le=16, description="Evaluations queued per evaluator actor.")
     commit_every_s: float = Field(1.0, gt=0, description="Longest time a finished result waits before it is committed.")
-    snapshot_every_s: float = Field(3.0, gt=0, description="How often the islands are saved into the archive, so a resume replays only the results committed since.")
+    snapshot_every_s: float = Field(3.0, gt=0, description="How often the islands are saved into the archive (with the first commit due after that time), so a resume replays only the results committed since.")
     heldout_on_new_best: bool = Field(True, description="Check every new best program on the held-out split (never shown to the mutator).")
     actor_death_retries: int = Field(1, ge=0, le=10, description="Times a job that was running when its actor's process died is run again (on a fresh actor); after that an evaluation is stored FAILED with the reason and a mutation request is dropped.")
 

@@ -191,7 +191,8 @@ class Search(EvaluatorPool, Outcomes, LostActors):
         start = time.monotonic()
         self.helm.begin(start)
         progress = self.progress = Progress(self, self.config.run.max_evals, self.config.run.max_wall_s)
-        last_commit = last_publish = time.monotonic()
+        cadence = Cadence(self.config.controller.commit_every_s, self.config.controller.snapshot_every_s,
+                          time.monotonic())
         drain_until = None
         status = "completed"
         try:
@@ -213,13 +214,11 @@ class Search(EvaluatorPool, Outcomes, LostActors):
                             self._handle(ref, *self.pending[ref])
                     if drain_until is not None and time.monotonic() > drain_until:
                         self._cancel_all()
-                    now = time.monotonic()
-                    if now - last_commit >= self.config.controller.commit_every_s:
-                        self.commit()
-                        last_commit = now
-                    if now - last_publish >= self.config.controller.snapshot_every_s:
+                    due = cadence.due(time.monotonic())
+                    if due == "publish":
                         self.publish()
-                        last_publish = now
+                    elif due == "commit":
+                        self.commit()
                     progress.update(self.helm.searched_s(time.monotonic()))
             if searching and not self.seed_error:  # budget spent: now and then a prompt variant for later runs
                 self.events += self.memory.rewrite_variant(self.proposals.ask_text, self.proposals.first_model())
@@ -306,6 +305,30 @@ class Search(EvaluatorPool, Outcomes, LostActors):
             return self.commit()
         self.commit(snapshot=lambda last_seq: islands_snapshot(self.islands, last_seq))
         self._snapshot_done = self.done  # commit() counted this batch's search results into it
+
+
+class Cadence:
+    """When the loop commits, and which of its commits carry the islands' snapshot.
+
+    A commit is due `commit_every` seconds after the last one; the first due once `snapshot_every`
+    seconds have passed since the last snapshot carries it. One transaction a commit: a snapshot
+    made in a transaction of its own between two commits cost a third more transactions (each a
+    handful of DuckDB statements of about a millisecond, whatever they write).
+    """
+
+    def __init__(self, commit_every: float, snapshot_every: float, now: float):
+        self.commit_every, self.snapshot_every = commit_every, snapshot_every
+        self.last_commit = self.last_snapshot = now
+
+    def due(self, now: float) -> str | None:
+        """"publish" (a commit with the snapshot), "commit", or None; what is returned is taken as done."""
+        if now - self.last_commit < self.commit_every:
+            return None
+        self.last_commit = now
+        if now - self.last_snapshot < self.snapshot_every:
+            return "commit"
+        self.last_snapshot = now
+        return "publish"
 
 
 def stored_seed_error(archive, run_id: str) -> str:

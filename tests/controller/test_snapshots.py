@@ -1,11 +1,12 @@
 """The islands snapshot a run writes is rewritten only when search results were committed since the
 last one: a slow search (minutes an evaluation) or a paused run does not rewrite the same islands
-every few seconds, and a resume still finds the islands of every committed result."""
+every few seconds, a resume still finds the islands of every committed result, and the snapshot rides
+on one of the loop's commits instead of a transaction of its own."""
 import pytest
 
 import controller.loop
 from controller.config import validate
-from controller.loop import Search
+from controller.loop import Cadence, Search
 from controller.resume import load_islands
 from evaluators.secrets import RunSecrets
 from store.duckdb_archive import DuckDBArchive
@@ -74,3 +75,17 @@ def _member(pair):
 
     candidate, result = pair
     return Member(candidate.program_id, result.score, candidate.code, candidate.generation, result.instance_scores, ())
+
+
+def test_the_snapshot_rides_on_a_commit_and_each_commit_is_one_transaction():
+    cadence = Cadence(commit_every=1.0, snapshot_every=3.0, now=0.0)
+    passes = {t / 4: cadence.due(t / 4) for t in range(1, 121)}  # the loop's passes, every 0.25 s for 30 s
+    due = {t: what for t, what in passes.items() if what}
+    assert list(due) == [float(t) for t in range(1, 31)]  # a transaction a second, no more
+    assert [t for t, what in due.items() if what == "publish"] == [3.0 * k for k in range(1, 11)]
+    # a loop that came back late: the commit is due at once, and the snapshot with it once its time passed
+    late = Cadence(commit_every=1.0, snapshot_every=3.0, now=0.0)
+    assert [late.due(t) for t in (0.5, 2.5, 3.6, 3.8, 7.0)] == [None, "commit", "publish", None, "publish"]
+    # snapshots asked for more often than commits: every commit carries one
+    eager = Cadence(commit_every=1.0, snapshot_every=0.5, now=0.0)
+    assert [eager.due(t / 4) for t in range(1, 13)] == [None, None, None, "publish"] * 3
