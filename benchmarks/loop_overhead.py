@@ -14,8 +14,9 @@ Printed per case: proposals/s (N / wall), overhead per proposal in ms
 0 for no-op), evaluations/s against the ideal 10 (200 ms case), peak memory of the
 whole process tree (driver, Ray's processes and workers, fork servers, sandboxes: the
 sum of their RSS, sampled every 250 ms, and of their PSS, read when that sum reaches a new
-high, at most every 4 s), the cost per proposal in each fifth of the run,
-and the load average. The wall runs from the first proposal's arrival to the last
+high, at most every 4 s), the cost per proposal in each fifth of the run (the wall
+overhead by fifth of the proposals, and the CPU of every process by fifth of the
+evaluations, between commits), and the load average. The wall runs from the first proposal's arrival to the last
 commit (Ray's start-up and the seed's evaluation are printed apart).
 The held-out check of new bests is off (peers have none); the LLM server runs in
 this process, outside the measured tree.
@@ -23,6 +24,7 @@ this process, outside the measured tree.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -252,7 +254,12 @@ def run_case(url: str, evals: int, work_ms: float, llm_in_flight: int, extra: li
         found = figures(tmp / "run" / "archive.duckdb", work_ms / 1000)
         return dict(found, peak_mb=peak / 2**20, peak_pss_mb=peak_pss / 2**20, total_s=total, cpu=_by_role(cpu),
                     window=window_cpu(timeline, cpu, found["steady"], found["last"], found["steady_n"]),
-                    window_n=found["steady_n"])
+                    window_n=found["steady_n"],
+                    fifths_cpu=[_tree_total(window_cpu(timeline, cpu, t0, t1, m)) for t0, t1, m in found["fifths"]])
+
+
+def _tree_total(by_role: dict) -> float:
+    return sum(v for role, v in by_role.items() if role not in (_HERE, _SAMPLING))
 
 
 def window_cpu(timeline: list, cpu: dict, t0: float, t1: float, n: int) -> dict:
@@ -302,8 +309,23 @@ def figures(archive: Path, work_s: float) -> dict:
     if not between:  # too short a run for two commits apart: from the second fifth's first proposal to the end
         t0, t1, between = float(created[n // 5]), float(last_commit), n - n // 5
     return {"n": n, "wall_s": wall, "steady": t0, "steady_n": between, "last": t1, "ok": sum(r[2] == "OK" for r in rows), "eval_s": float(np.mean([r[1] for r in rows])),
-            "seed_s": seed_s, "fifths_ms": fifths, "calls": calls, "duplicates": duplicates,
+            "seed_s": seed_s, "fifths_ms": fifths, "fifths": _fifth_windows(np.sort(np.array([r[3] for r in rows]))),
+            "calls": calls, "duplicates": duplicates,
             "overhead_ms": 1000 * (wall - n * work_s / 2) / n, "rate": n / wall}
+
+
+def _fifth_windows(commits: np.ndarray) -> list[tuple[float, float, int]]:
+    """(t0, t1, evaluations committed in (t0, t1]) for each fifth of the evaluations, between commits:
+    from the first commit to the one that takes the run past a fifth, and so on to the last commit.
+    Unlike the wall overhead by fifth of the proposals, neither the burst of proposals that fills
+    the evaluators at the start nor the drain and last commit at the end weigh on one fifth alone."""
+    times, counts = np.unique(commits, return_counts=True)
+    done = np.cumsum(counts)
+    edges = [float(times[0]), *(float(times[np.searchsorted(done, k * len(commits) / 5)]) for k in range(1, 5)),
+             float(times[-1])]
+    if len(set(edges)) < 6:  # too few commits for five windows
+        return []
+    return [(t0, t1, int(np.sum((commits > t0) & (commits <= t1)))) for t0, t1 in itertools.pairwise(edges)]
 
 
 def _steady_window(commits: np.ndarray) -> tuple[float, float, int]:
@@ -339,7 +361,12 @@ def show(label: str, work_ms: float, r: dict) -> None:
           f"sampling) {here:.2f} ms per proposal, of which the sampling {sampling:.2f} ms")
     print("  CPU seconds of the whole command by process: "
           + ", ".join(f"{k} {v:.1f}" for k, v in r["cpu"].items()))
-    print("  overhead per proposal by fifth of the run (ms): " + ", ".join(f"{f:.1f}" for f in r["fifths_ms"]))
+    print("  overhead per proposal by fifth of the run (ms): " + ", ".join(f"{f:.1f}" for f in r["fifths_ms"])
+          + " (wall; the first fifth's proposals fill the evaluators at once, the last waits for the drain and "
+          "the last commit)")
+    if r["fifths_cpu"]:
+        print("  CPU per proposal by fifth of the evaluations, every process of the tree, between commits (ms): "
+              + ", ".join(f"{f:.1f}" for f in r["fifths_cpu"]))
 
 
 def main(argv=None) -> None:
