@@ -36,6 +36,7 @@ def cmd_run(args) -> int:
     root = storage_root(config, args.run_dir)  # in a Ray job: never inside Ray's copy of the working dir
     protections = _sandbox_protections(config)
     _memory_checked(config)
+    _keys_checked(config)
     if args.run_dir:
         rundir.check_free(Path(args.run_dir))
     rundir.check_can_make(Path(args.run_dir) if args.run_dir else root)
@@ -95,6 +96,7 @@ def cmd_resume(args) -> int:
         _refuse_failed_seed(archive, run_id)
         if getattr(args, "set", None):  # e.g. a resume that adds or drops an LLM model
             config = validate(apply_overrides(run["config"], list(args.set)))
+        _keys_checked(config)
         args.control = _control_setup(config)
         if getattr(args, "set", None):
             archive.con.execute("UPDATE runs SET config = ? WHERE run_id = ?",
@@ -105,6 +107,21 @@ def cmd_resume(args) -> int:
         console.print(f"[bold]atoll[/] resuming {run_id}: {done}/{config.run.max_evals} evaluations done")
         connect(args.ray_address)
         return _search(config, archive, run_id, run_dir, args)
+
+
+def _keys_checked(config) -> None:
+    """Every LLM model's API key can be read here, where the driver reads it: a missing one is a
+    line before the run exists (or before a resume starts Ray), not an error after it started."""
+    from workers.llm.client import api_key
+
+    for cfg in config.mutator.llm.models if config.mutator.llm else ():
+        env, file = getattr(cfg, "api_key_env", None), getattr(cfg, "api_key_file", None)
+        try:
+            api_key(env, file)
+        except ValueError as exc:
+            where = ("set it in this command's environment (it is read here and handed to the model's worker, "
+                     "never stored), or give the model api_key_file" if env else "put the key on its first line")
+            raise UserError(f"mutator.llm model {cfg.name!r}: {exc}; {where}") from None
 
 
 def _memory_checked(config, archive=None, run_id="", run_dir=None):

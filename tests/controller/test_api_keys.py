@@ -1,0 +1,57 @@
+"""An LLM model whose API key cannot be read is refused in one line before anything starts: no
+run directory, no Ray, for a new run and for a resume alike (the driver reads the key and hands
+it to the model's worker; before, the run was made, Ray started, and then it stopped half-made)."""
+import os
+import subprocess
+import sys
+
+from controller.config import load_config
+from store.duckdb_archive import DuckDBArchive
+from tests.conftest import ROOT
+
+API = ROOT / "configs" / "inventory_api.toml"  # model 'hosted', its key in ATOLL_API_KEY
+
+
+def _atoll(tmp_path, *args):
+    env = {k: v for k, v in os.environ.items() if k != "ATOLL_API_KEY"}
+    env.update(PYTHONPATH=str(ROOT), ATOLL_CACHE_DIR=str(tmp_path / "cache"))
+    return subprocess.run([sys.executable, "-m", "controller", *args], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+
+
+def _error(out) -> str:
+    lines = [line for line in out.stderr.splitlines() if line.startswith("atoll:")]
+    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    return lines[0]
+
+
+def test_a_key_variable_that_is_not_set_is_refused_before_the_run_exists(tmp_path):
+    out = _atoll(tmp_path, "run", str(API), "--run-dir", str(tmp_path / "run"))
+    assert out.returncode == 2
+    assert _error(out) == ("atoll: mutator.llm model 'hosted': the API key variable ATOLL_API_KEY is not set; set it "
+                           "in this command's environment (it is read here and handed to the model's worker, never "
+                           "stored), or give the model api_key_file")
+    assert not (tmp_path / "run").exists()
+    assert "atoll run" not in out.stdout and "Ray" not in out.stderr  # refused before the run and its Ray
+
+
+def test_a_key_file_that_cannot_be_read_is_refused_before_the_run_exists(tmp_path):
+    missing = tmp_path / "no-such-key"
+    out = _atoll(tmp_path, "run", str(API), "--run-dir", str(tmp_path / "run"),
+                 "--set", 'mutator.llm.models=[{backend = "openai", name = "hosted", model = "m", '
+                          f'base_url = "http://127.0.0.1:9/v1", api_key_file = "{missing}"}}]')
+    assert out.returncode == 2
+    assert _error(out) == (f"atoll: mutator.llm model 'hosted': cannot read an API key from {missing}; "
+                           "put the key on its first line")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_resume_without_the_key_is_refused_before_its_ray_starts(tmp_path):
+    config, text = load_config(API)
+    (tmp_path / "run").mkdir()
+    with DuckDBArchive(tmp_path / "run" / "archive.duckdb") as archive:
+        archive.create_run("api-1", config.model_dump(mode="json"), text)
+    out = _atoll(tmp_path, "resume", str(tmp_path / "run"))
+    assert out.returncode == 2
+    assert "the API key variable ATOLL_API_KEY is not set" in _error(out)
+    assert "resuming" not in out.stdout and "Ray" not in out.stderr
