@@ -133,6 +133,16 @@ class PolicyBranchrule(Branchrule):
             self.model.interruptSolve()
             return {"result": SCIP_RESULT.DIDNOTRUN}
 
+    # A node whose LP SCIP did not solve (an interrupted or failed LP, a time limit reached inside
+    # it) is branched on its pseudo solution or external candidates. The policy decides among LP
+    # candidates only, so it declines those and SCIP's own rules branch there; PySCIPOpt's
+    # defaults raise, which made SCIP abort the whole solve.
+    def branchexecps(self, allowaddcons):
+        return {"result": SCIP_RESULT.DIDNOTRUN}
+
+    def branchexecext(self, allowaddcons):
+        return {"result": SCIP_RESULT.DIDNOTRUN}
+
     def _branch(self):
         if self.model.getSolvingTime() + self.policy_s >= self.limit_s:
             self.out_of_time = True

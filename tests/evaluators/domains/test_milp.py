@@ -95,6 +95,22 @@ def sleepy(seconds):
     return policy
 
 
+def test_nodes_without_a_solved_lp_are_left_to_scips_own_rules():
+    """With the LP never solved, SCIP branches every node on its pseudo solution: the policy (LP
+    candidates only) declines, SCIP's rules branch, and the solve ends normally."""
+    from evaluators.domains.milp.scip import POLICY_PRIORITY, PolicyBranchrule, new_model
+
+    model = new_model(str(milp_instances.instance_path("setcover", "fast", 1)), 0, 5.0)
+    model.setParam("lp/solvefreq", -1)
+    model.setParam("limits/nodes", 50)
+    rule = PolicyBranchrule(sleepy(0.0), {})
+    model.includeBranchrule(rule, "atoll_policy", "test", priority=POLICY_PRIORITY, maxdepth=-1, maxbounddist=1.0)
+    model.optimize()  # raised "SCIP: unspecified error!" when the rule did not answer for pseudo solutions
+    assert rule.error is None and rule.calls == 0
+    assert model.getStatus() in ("nodelimit", "optimal") and model.getNNodes() > 1
+    model.freeProb()
+
+
 def test_the_cpu_clock_charges_the_wait_on_the_policy():
     path = str(milp_instances.instance_path("setcover", "fast", 1))
     wall = solve(path, 0, 60, policy=sleepy(0.02), clock="wall")
