@@ -34,7 +34,7 @@ SCRIPT = [reply(good_diff), reply(rewrite), reply("<<<<<<< SEARCH\n    return no
           reply("```python\ndef policy(state, params):\n    return (\n```")]
 
 
-def _config(tmp_path, url, budget_calls=None, embedded=1.0) -> Path:
+def _config(tmp_path, url, budget_calls=None, embedded=1.0, in_flight=3, timeout_s=0.5) -> Path:
     options = "\n".join(f"{k} = {v}" for k, v in TINY_INVENTORY.items())
     budget = f"\n[mutator.llm.budget]\ncalls = {budget_calls}\n" if budget_calls else ""
     path = tmp_path / "llm.toml"
@@ -65,9 +65,9 @@ name = "scripted"
 model = "scripted-1"
 base_url = "{url}"
 api_key_env = "ATOLL_TEST_SECRET"
-timeout_s = 0.5
+timeout_s = {timeout_s}
 max_retries = 1
-max_in_flight = 3
+max_in_flight = {in_flight}
 {budget}""")
     return path
 
@@ -144,9 +144,12 @@ def test_a_model_whose_calls_keep_failing_is_named_on_stderr_and_so_is_its_retur
     def another(prompt):  # a new program every time (a helper of a new name), so none is a duplicate
         return "```python\n" + parent_code(prompt) + f"\n\ndef _unused_{next(names)}(x):\n    return x\n```"
 
+    # The server answers in the order calls arrive. One call at a time, with time to spare: with three
+    # in flight a later call could arrive before an earlier one, and on a loaded machine a call that
+    # timed out after 0.5 s was retried into the next step; either way fewer than 5 failed in a row.
     with ScriptedLLM([status(400)] * 6 + [reply(another)] * 80) as server:  # 400: not retried
-        out = _atoll(tmp_path, "run", str(_config(tmp_path, server.url, embedded=0.0)), "--run-dir", str(run_dir),
-                     "--no-report")
+        out = _atoll(tmp_path, "run", str(_config(tmp_path, server.url, embedded=0.0, in_flight=1, timeout_s=10)),
+                     "--run-dir", str(run_dir), "--no-report")
     assert out.returncode == 0 and "search completed: 24 evaluations" in out.stdout, out.stdout + out.stderr
     failing = [line for line in out.stderr.splitlines() if "calls to model 'scripted'" in line]
     assert len(failing) == 1 and f"the last 5 calls to model 'scripted' at {server.url} failed" in failing[0]
