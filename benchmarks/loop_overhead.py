@@ -305,11 +305,12 @@ def figures(archive: Path, work_s: float) -> dict:
     for part in np.array_split(np.arange(n), 5):
         t1 = created[part[-1] + 1] if part[-1] + 1 < n else last_commit
         fifths.append(1000 * ((t1 - created[part[0]]) / len(part) - work_s / 2))
-    t0, t1, between = _steady_window(np.sort(np.array([r[3] for r in rows])))
+    commits = np.sort(np.array([r[3] for r in rows]))  # each evaluation's commit time
+    t0, t1, between = _steady_window(commits)
     if not between:  # too short a run for two commits apart: from the second fifth's first proposal to the end
         t0, t1, between = float(created[n // 5]), float(last_commit), n - n // 5
     return {"n": n, "wall_s": wall, "steady": t0, "steady_n": between, "last": t1, "ok": sum(r[2] == "OK" for r in rows), "eval_s": float(np.mean([r[1] for r in rows])),
-            "seed_s": seed_s, "fifths_ms": fifths, "fifths": _fifth_windows(np.sort(np.array([r[3] for r in rows]))),
+            "seed_s": seed_s, "fifths_ms": fifths, "fifths": _fifth_windows(commits),
             "calls": calls, "duplicates": duplicates,
             "overhead_ms": 1000 * (wall - n * work_s / 2) / n, "rate": n / wall}
 
@@ -325,7 +326,7 @@ def _fifth_windows(commits: np.ndarray) -> list[tuple[float, float, int]]:
              float(times[-1])]
     if len(set(edges)) < 6:  # too few commits for five windows
         return []
-    return [(t0, t1, int(np.sum((commits > t0) & (commits <= t1)))) for t0, t1 in itertools.pairwise(edges)]
+    return [(t0, t1, _committed_in(commits, t0, t1)) for t0, t1 in itertools.pairwise(edges)]
 
 
 def _steady_window(commits: np.ndarray) -> tuple[float, float, int]:
@@ -338,7 +339,12 @@ def _steady_window(commits: np.ndarray) -> tuple[float, float, int]:
     if n < 10:
         return 0.0, 0.0, 0
     t0, t1 = float(commits[n // 5]), float(commits[(9 * n) // 10])
-    return t0, t1, int(np.sum((commits > t0) & (commits <= t1)))
+    return t0, t1, _committed_in(commits, t0, t1)
+
+
+def _committed_in(commits: np.ndarray, t0: float, t1: float) -> int:
+    """Evaluations committed in (t0, t1]."""
+    return int(np.sum((commits > t0) & (commits <= t1)))
 
 
 def show(label: str, work_ms: float, r: dict) -> None:

@@ -146,7 +146,7 @@ def test_a_model_whose_calls_keep_failing_is_named_on_stderr_and_so_is_its_retur
 
     # The server answers in the order calls arrive. One call at a time, with time to spare: with three
     # in flight a later call could arrive before an earlier one, and on a loaded machine a call that
-    # timed out after 0.5 s was retried into the next step; either way fewer than 5 failed in a row.
+    # timed out after 0.5 s could be retried into the next step; either way fewer than 5 could fail in a row.
     with ScriptedLLM([status(400)] * 6 + [reply(another)] * 80) as server:  # 400: not retried
         out = _atoll(tmp_path, "run", str(_config(tmp_path, server.url, embedded=0.0, in_flight=1, timeout_s=10)),
                      "--run-dir", str(run_dir), "--no-report")
