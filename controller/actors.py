@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import secrets
 import shutil
@@ -122,6 +123,9 @@ def start_local(num_cpus: int | None, path: str) -> None:
     os.environ["PYTHONPATH"] = path
     for name, value in QUIET_AGENT.items():
         os.environ.setdefault(name, value)  # one the user set stands
+    notice = logging.getLogger(AUTH_NOTICE)
+    level = notice.level
+    notice.setLevel(logging.ERROR)
     try:
         ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
                  configure_logging=False)
@@ -134,12 +138,19 @@ def start_local(num_cpus: int | None, path: str) -> None:
         raise UserError(f"the command's own Ray did not start: {detail[:300]} (Ray keeps its session in {temp}{room}; "
                         f"{where})") from None
     finally:
+        notice.setLevel(level)
         for name, value in before.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
     stop_helpers()
+
+
+# Where Ray says, at every start of a new local Ray, that token authentication is on and how to
+# turn it off: two lines on each `atoll` command's terminal about a Ray only that command uses.
+# Authentication stays on; only the notice is left out.
+AUTH_NOTICE = "ray._private.authentication.authentication_token_setup"
 
 
 # Ray's dashboard agent, as a command's own Ray runs it: node statistics (psutil over every

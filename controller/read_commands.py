@@ -39,7 +39,8 @@ def cmd_status(args) -> int:
         _status_llm(run_dir, rows[-1][0])
     if not is_live(note) and any(row[1] == "running" for row in rows):
         console.print("no driver holds this run: it stopped without ending (crash, kill or lost machine); "
-                      f"everything committed is kept. Continue with: atoll resume {run_dir}", soft_wrap=True)
+                      f"everything committed is kept. Continue with: atoll resume {run_dir} (a run submitted as a "
+                      f"Ray job: atoll submit --resume {run_dir} --address http://HEAD:8265)", soft_wrap=True)
     return 0
 
 

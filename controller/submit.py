@@ -65,6 +65,27 @@ def _token_auth_if_token_found() -> None:
         os.environ["RAY_AUTH_MODE"] = "token"
 
 
+def ray_command() -> str:
+    """Ray's own command as the user must type it to reach the cluster as this client does.
+
+    This client sends a token it finds without being told (`_token_auth_if_token_found`);
+    Ray's CLI sends one only with RAY_AUTH_MODE=token, and without it `ray job logs` fails
+    with a traceback. Call before `client()`, which sets the variable in this process.
+    """
+    return "RAY_AUTH_MODE=token ray" if "RAY_AUTH_MODE" not in os.environ and ray_token_found() else "ray"
+
+
+def quiet_packaging() -> None:
+    """Leave out Ray's notes on packing the working directory (a dozen lines a submission, among
+    them "Ignoring upload ... .gitignore" and ".git is now ignored"); its warnings about what
+    is packed stay."""
+    import logging
+
+    for name in ("ray._private.runtime_env.packaging", "ray.dashboard.modules.dashboard_sdk"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    logging.getLogger("ray._private.runtime_env.working_dir").setLevel(logging.ERROR)  # only the .git note
+
+
 def ray_token_found() -> bool:
     """Whether Ray finds a token: RAY_AUTH_TOKEN, else the file RAY_AUTH_TOKEN_PATH names, else ~/.ray/auth_token."""
     if os.environ.get("RAY_AUTH_TOKEN"):
@@ -205,12 +226,14 @@ def cmd_submit(args) -> int:
     args.set = list(args.set) + ([f"run.max_evals={args.max_evals}"] if args.max_evals is not None else [])
     config = None if args.resume else load_config(args.config, args.set)[0]  # a bad config stops here
     address = address_of(args.address)
+    ray_cli = ray_command()
+    quiet_packaging()
     job_id, run_dir = submit(args, config)
     console.print(f"[bold]atoll[/] submitted job {job_id} to {address}; its run directory on the driver's node: "
                   f"{run_dir}", soft_wrap=True)
-    console.print(f"  follow it:   ray job logs -f {job_id} --address {address}\n"
+    console.print(f"  follow it:   {ray_cli} job logs -f {job_id} --address {address}\n"
                   f"  status:      atoll status {run_dir}      (on the driver's node)\n"
-                  f"  stop it:     ray job stop {job_id} --address {address}   (commits, then stops)\n"
+                  f"  stop it:     {ray_cli} job stop {job_id} --address {address}   (commits, then stops)\n"
                   f"  continue:    atoll submit --resume {run_dir} --address {address}", soft_wrap=True)
     if not args.wait:
         return 0

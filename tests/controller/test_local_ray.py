@@ -82,6 +82,7 @@ def test_a_local_rays_workers_import_atoll_and_the_callers_path_and_its_idle_hel
     assert probe["found"] == [str(ROOT / "controller" / "actors.py"), 42]
     assert not probe["runtime_env"], "a local Ray's workers get the path from the environment, not a runtime_env"
     assert "autoscaler failed" not in proc.stderr
+    assert "Token authentication is enabled" not in proc.stderr  # Ray's notice, on every start; auth stays on
     # Ray's token authentication holds either way: its token saved in ~/.ray, or one of the command's own
     assert probe["auth"] == "token"
     assert probe["own token"] == (home == "a home that cannot be written")

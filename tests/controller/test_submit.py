@@ -81,6 +81,14 @@ def test_submit_runs_a_search_as_a_ray_job_then_status_and_query_read_it(head, t
     assert out.returncode == 0, out.stdout + out.stderr
     assert "submitted job atoll-run-" in out.stdout and "ray job logs -f atoll-run-" in out.stdout
     assert "search completed: 10 evaluations" in out.stdout  # the job's own output, followed
+    assert "Ignoring upload" not in out.stdout + out.stderr  # Ray's notes on packing the project, left out
+    # The hint to follow the job works as printed, from a shell that set nothing (the token found in ~/.ray).
+    follow = next(line.split(":", 1)[1].strip() for line in out.stdout.splitlines() if "follow it:" in line)
+    assert follow.startswith("RAY_AUTH_MODE=token ray job logs -f ")
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
+    env["PATH"] = f"{os.path.dirname(sys.executable)}:{env['PATH']}"  # this Python's `ray`
+    logs = subprocess.run(["sh", "-c", follow], env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert logs.returncode == 0 and "search completed: 10 evaluations" in logs.stdout, logs.stdout + logs.stderr
     status = atoll(tmp_path, "status", run_dir)
     assert status.returncode == 0 and "completed" in status.stdout
     assert _count(run_dir) == 10

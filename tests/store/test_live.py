@@ -113,7 +113,8 @@ def test_a_stale_socket_after_kill_9_neither_blocks_queries_nor_the_next_holder(
     cols, rows, note = run_query(tmp_path, "SELECT status FROM runs")
     assert rows == [("running",)] and note is None  # answered by the archive itself
     status = atoll_cli("status", str(tmp_path))
-    assert "no driver holds this run" in status.stdout
+    assert "no driver holds this run" in status.stdout and f"atoll resume {tmp_path} " in status.stdout
+    assert f"atoll submit --resume {tmp_path} --address" in status.stdout  # for a run that was a Ray job
     second = _holder(tmp_path, "again")
     try:
         cols, rows, note = run_query(tmp_path, "SELECT status FROM runs")
