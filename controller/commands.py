@@ -198,15 +198,24 @@ def _search_and_report(config, archive, run_id, run_dir, args) -> int:
     console.print(f"search {status}: {archive.count_evaluations(run_id, 'search')} evaluations")
     if status == "stalled":
         console.print(f"no mutator had a new program to propose (said above); everything finished is committed. "
-                      f"Continue with: atoll resume {run_dir}", soft_wrap=True)
+                      f"Continue with: {_resume_command(run_dir)}", soft_wrap=True)
     _llm_summary(archive, run_id)
     if status != "interrupted" and not args.no_report:
         return _report(archive, run_id, search.domain, search.ready_evaluators(), run_dir,
                        lambda: new_evaluator(config, hide, secrets=secrets))
     if status == "interrupted":
-        console.print(f"stopped; everything finished is committed. Continue with: atoll resume {run_dir}",
+        console.print(f"stopped; everything finished is committed. Continue with: {_resume_command(run_dir)}",
                       soft_wrap=True)
     return 130 if status == "interrupted" else 0
+
+
+def _resume_command(run_dir) -> str:
+    """How to continue this run: as a Ray job again when it ran as one (`atoll submit`, `ray job submit`)."""
+    from controller.submit import in_ray_job
+
+    if in_ray_job():
+        return f"atoll submit --resume {run_dir} --address http://HEAD:8265 (the job server this job ran on)"
+    return f"atoll resume {run_dir}"
 
 
 def _control_setup(config):

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 import psutil
 import pytest
@@ -85,9 +86,7 @@ def test_submit_runs_a_search_as_a_ray_job_then_status_and_query_read_it(head, t
     # The hint to follow the job works as printed, from a shell that set nothing (the token found in ~/.ray).
     follow = next(line.split(":", 1)[1].strip() for line in out.stdout.splitlines() if "follow it:" in line)
     assert follow.startswith("RAY_AUTH_MODE=token ray job logs -f ")
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
-    env["PATH"] = f"{os.path.dirname(sys.executable)}:{env['PATH']}"  # this Python's `ray`
-    logs = subprocess.run(["sh", "-c", follow], env=env, capture_output=True, text=True, timeout=60, check=False)
+    logs = _shell(follow)
     assert logs.returncode == 0 and "search completed: 10 evaluations" in logs.stdout, logs.stdout + logs.stderr
     status = atoll(tmp_path, "status", run_dir)
     assert status.returncode == 0 and "completed" in status.stdout
@@ -101,6 +100,32 @@ def test_submit_runs_a_search_as_a_ray_job_then_status_and_query_read_it(head, t
                  "--no-report", "--wait", timeout=180)
     assert more.returncode == 0, more.stdout + more.stderr
     assert _count(run_dir) == 14
+
+
+def test_the_printed_stop_hint_stops_the_job_which_commits_and_says_to_submit_its_resume(head, tmp_path):
+    run_dir = tmp_path / "run"
+    out = atoll(tmp_path, "submit", CONFIG, "--address", head, "--run-dir", run_dir, "--max-evals", 100000,
+                "--set", "evaluator.actors=1", timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    hints = dict(line.strip().split(":", 1) for line in out.stdout.splitlines() if line.startswith("  "))
+    deadline = time.monotonic() + 120
+    while not ((run_dir / "archive.duckdb").exists() and _count(run_dir) >= 2):  # answered live by the driver
+        assert time.monotonic() < deadline, "no evaluations in 120 s"
+        time.sleep(1)
+    stop = _shell(hints["stop it"].split("(")[0])  # as printed, from a shell that set nothing
+    assert stop.returncode == 0, stop.stdout + stop.stderr
+    logs = _shell(hints["follow it"].strip().replace(" -f ", " "))
+    assert "search interrupted" in logs.stdout, logs.stdout + logs.stderr
+    assert f"Continue with: atoll submit --resume {run_dir} --address" in logs.stdout
+    status = atoll(tmp_path, "status", run_dir)
+    assert "interrupted" in status.stdout and _count(run_dir) >= 2  # everything finished was committed
+
+
+def _shell(command: str) -> subprocess.CompletedProcess:
+    """`command` in a shell whose environment has no RAY_AUTH_MODE, with this Python's `ray` first on PATH."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
+    env["PATH"] = f"{os.path.dirname(sys.executable)}:{env['PATH']}"
+    return subprocess.run(["sh", "-c", command], env=env, capture_output=True, text=True, timeout=90, check=False)
 
 
 def test_plain_ray_job_submit_puts_the_run_under_the_storage_root(head, tmp_path):
