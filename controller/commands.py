@@ -52,7 +52,7 @@ def cmd_run(args) -> int:
 
     with rundir.create_archive(run_dir, run_id, config.model_dump(mode="json"), text, setup) as archive, \
             LiveReads(archive, run_dir):  # `atoll query` asks it while the run is live
-        console.print(f"[bold]atoll[/] run {run_id} in {run_dir} (resume with: atoll resume {run_dir})",
+        console.print(f"atoll run {run_id} in {run_dir} (resume with: atoll resume {run_dir})",
                       soft_wrap=True)
         return _search(config, archive, run_id, run_dir, args)
 
@@ -70,7 +70,7 @@ def _say_if_replayable(replay_seed: int | None) -> None:
     from evaluators.secrets import replay_note
 
     if replay_seed is not None:
-        console.print(f"[bold yellow]{replay_note(replay_seed)}[/]", soft_wrap=True)
+        console.print(replay_note(replay_seed), style="bold yellow", soft_wrap=True)
 
 
 def _stored_secrets(archive, run_id: str, run_dir: Path):
@@ -101,10 +101,10 @@ def cmd_resume(args) -> int:
         if getattr(args, "set", None):
             archive.con.execute("UPDATE runs SET config = ? WHERE run_id = ?",
                                 [json.dumps(config.model_dump(mode="json")), run_id])
-            console.print(f"[bold]atoll[/] config changed for the rest of the run: {', '.join(args.set)}")
+            console.print(f"atoll config changed for the rest of the run: {', '.join(args.set)}")
         archive.record_protections(run_id, _sandbox_protections(config))
         done = archive.count_evaluations(run_id, "search")
-        console.print(f"[bold]atoll[/] resuming {run_id}: {done}/{config.run.max_evals} evaluations done")
+        console.print(f"atoll resuming {run_id}: {done}/{config.run.max_evals} evaluations done")
         connect(args.ray_address)
         return _search(config, archive, run_id, run_dir, args)
 

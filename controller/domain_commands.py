@@ -4,8 +4,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from controller.cli import UserError
 from controller.config import load_config
@@ -35,13 +35,14 @@ def cmd_check(args) -> int:
 
     config, _ = load_config(args.config, args.set)
     checker = Checker(config.domain, config.evaluator.sandbox)
-    console.print(f"[bold]atoll check[/] {checker.domain.name}: scoring its programs and a few hostile ones "
+    console.print(f"atoll check {checker.domain.name}: scoring its programs and a few hostile ones "
                   "in the sandbox (no Ray)", soft_wrap=True)
     start = time.monotonic()
     checks = [*checker.run(), embedded_check(config, checker.domain)]
     table = Table("check", "result", "seen, or what to fix", title=f"domain {checker.domain.name}")
     for check in checks:
-        table.add_row(escape(check.name), "[green]pass[/]" if check.passed else "[red]FAIL[/]", escape(check.detail))
+        result = Text("pass", style="green") if check.passed else Text("FAIL", style="red")
+        table.add_row(check.name, result, check.detail)
     console.print(table)
     failed = sum(not check.passed for check in checks)
     console.print(f"{len(checks) - failed} of {len(checks)} checks passed in {time.monotonic() - start:.0f} s"

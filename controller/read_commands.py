@@ -17,7 +17,9 @@ from controller.memory_commands import library_query
 
 # Output to a file or a pipe (a log, a job's driver output) is not cut to 80 columns:
 # the held-out tables stay one line per row there.
-console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160)
+# Markup off: what it prints is mostly data (programs, errors, paths, query results), where rich
+# read `params[i]` or `[atoll]` as a style tag and dropped it. The few styled lines ask for markup.
+console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160, markup=False)
 
 
 def cmd_status(args) -> int:
@@ -106,7 +108,7 @@ def cmd_best(args) -> int:
     if not rows:
         raise UserError(f"{run_dir} has no successfully evaluated program yet")
     pid, code, score, heldout, metrics = rows[0]
-    console.print(f"[bold]best program[/] {pid}: search score {score:.5g}, held-out score "
+    console.print(f"best program {pid}: search score {score:.5g}, held-out score "
                   + ("not evaluated yet" if heldout is None else f"{heldout:.5g}"))
     print(code)
     if metrics:

@@ -229,7 +229,7 @@ def cmd_submit(args) -> int:
     ray_cli = ray_command()
     quiet_packaging()
     job_id, run_dir = submit(args, config)
-    console.print(f"[bold]atoll[/] submitted job {job_id} to {address}; its run directory on the driver's node: "
+    console.print(f"atoll submitted job {job_id} to {address}; its run directory on the driver's node: "
                   f"{run_dir}", soft_wrap=True)
     console.print(f"  follow it:   {ray_cli} job logs -f {job_id} --address {address}\n"
                   f"  status:      atoll status {run_dir}      (on the driver's node)\n"
@@ -238,7 +238,7 @@ def cmd_submit(args) -> int:
     if not args.wait:
         return 0
     status = follow(address, job_id)
-    console.print(f"[bold]atoll[/] job {job_id} {status}", soft_wrap=True)
+    console.print(f"atoll job {job_id} {status}", soft_wrap=True)
     return 0 if status == "SUCCEEDED" else 1
 
 
