@@ -22,6 +22,7 @@ write-ahead log on the next open).
 from __future__ import annotations
 
 import errno
+import re
 import shutil
 import subprocess
 from collections import Counter
@@ -130,3 +131,21 @@ def disk_full_message(run_dir: Path) -> str:
     return (f"the disk holding {run_dir} is full (no space left on device): the run stopped. Everything committed "
             f"before is kept and readable (atoll status, atoll query). Free some space, then continue with: "
             f"atoll resume {run_dir}")
+
+
+def task_error(exc: BaseException) -> str:
+    """What an actor's own code raised, in one line: the exception and where, from a RayTaskError.
+
+    Ray's text of it is its whole remote traceback; the exception is its last line and the
+    frame that raised it the last `File ..., line N, in name` above. The last 500 characters of
+    it, as stored before, began anywhere in a line of source.
+    """
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    frames = [m for m in (_FRAME.match(line) for line in lines) if m]
+    where = f" ({Path(frames[-1]['file']).name}, line {frames[-1]['line']}, in {frames[-1]['name']})" if frames else ""
+    return lines[-1].strip()[-400:] + where
+
+
+_FRAME = re.compile(r'\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<name>\S+)')

@@ -274,7 +274,7 @@ class Search(EvaluatorPool, Outcomes, LostActors):
             if kind == "mutate":
                 return None
             return EvalResult(payload.program_id, SPLIT[kind], Status.FAILED,
-                              error=f"internal evaluator error: {str(exc)[-500:]}")
+                              error=f"internal evaluator error: {faults.task_error(exc)}")
 
     def _deliver(self, kind: str, payload, value) -> None:
         if value is not None:

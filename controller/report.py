@@ -77,7 +77,7 @@ class _Pool:
             return label, self._lost(ref, label, actor, exc)
         except RayTaskError as exc:
             value = self._failed(label, ("the domain's reference computation raised: " if label is None else
-                                         "internal evaluator error: ") + _last_line(exc))
+                                         "internal evaluator error: ") + faults.task_error(exc))
         else:
             value = (value, "") if label is None else value
         self.free.append(actor)
@@ -97,11 +97,6 @@ class _Pool:
         if label is None:
             return {}, reason
         return EvalResult(self.programs[label][0], "heldout", Status.FAILED, error=reason)
-
-
-def _last_line(exc: Exception) -> str:
-    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
-    return lines[-1][-300:] if lines else type(exc).__name__
 
 
 def _print_table(console, title: str, columns, rows, notes) -> None:

@@ -205,3 +205,18 @@ def test_resuming_a_run_whose_seed_failed_says_so(tmp_path):
     assert "the run's seed program failed (TIMEOUT" in _one_line(again.stderr)
     status = atoll(tmp_path, "status", run_dir)
     assert "seed-failed" in status.stdout and "atoll resume" not in status.stdout
+
+
+def test_a_domain_that_raises_is_named_in_one_line_with_where(tmp_path):
+    """The domain's own bug, raised in its evaluator actor: the exception and the line that raised it,
+    not the last 500 characters of Ray's remote traceback, which began mid-line."""
+    broken = tiny_domain("broken", "def act(state, params):\n    return 0.0\n").replace(
+        "        return [-abs(", "        instances[len(instances)]\n        return [-abs(")
+    (tmp_path / "broken.py").write_text(broken)
+    (tmp_path / "broken.toml").write_text('[domain]\npath = "broken.py"\n')
+    line = broken.splitlines().index("        instances[len(instances)]") + 1
+    out = atoll(tmp_path, "run", tmp_path / "broken.toml", "--run-dir", tmp_path / "run", "--set", "islands.count=2",
+                "--set", "evaluator.actors=1", "--no-report", timeout=120)
+    assert out.returncode == 2
+    assert (f"atoll: the seed program failed (FAILED: internal evaluator error: IndexError: list index out of range "
+            f"(broken.py, line {line}, in simulate)); nothing to evolve from") in out.stderr.splitlines(), out.stderr
