@@ -170,9 +170,10 @@ class SimpleDomain(Domain):
     def split_instances(self, split: str) -> list:
         """The instances of `split`, built once from the run's secret for that split."""
         if check_split(split) not in self._instances:
-            self._instances[split] = list(self.instances(split, self.secrets.generator(split, "instances")))
-            if not self._instances[split]:
+            made = list(self.instances(split, self.secrets.generator(split, "instances")))
+            if not made:  # never kept: each later call says the same, not what an empty list breaks
                 raise ValueError(f"{type(self).__name__}.instances({split!r}) returned no instances")
+            self._instances[split] = made
         return self._instances[split]
 
     # -- scoring ----------------------------------------------------------------------------

@@ -97,6 +97,16 @@ def test_every_split_is_scored_and_held_out_data_differs_from_search(tmp_path):
     assert scores["search"] != scores["heldout"] and all(len(s) == 4 for s in scores.values())
 
 
+def test_a_split_without_instances_says_so_every_time_it_is_asked(tmp_path):
+    """An empty list from instances() is never kept: the evaluator's second program (a baseline after
+    the seed) got the same line, not an error from deep in the tuning about an empty sequence."""
+    domain = get_domain(_config(tmp_path, REACH.replace("        return [(float(t), float(d))",
+                                                        "        return [] and [(float(t), float(d))")))
+    for _ in range(2):
+        with pytest.raises(ValueError, match=r"^Reach.instances\('search'\) returned no instances$"):
+            domain.split_instances("search")
+
+
 def test_instances_come_from_the_run_secrets_of_each_split(tmp_path):
     domain = _config(tmp_path)
     one, same, other = (get_domain(domain, secrets=RunSecrets.fixed(s)) for s in (5, 5, 6))
