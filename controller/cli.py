@@ -48,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("config", help="TOML config, e.g. configs/inventory.toml")
     run.add_argument("--run-dir", help="where the archive goes (default runs/NAME-TIMESTAMP)")
     run.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                     help="override a config value (repeatable), e.g. run.seed=3")
+                     help="override a config value (repeatable), e.g. run.seed=3; one LLM model by its name: "
+                          "mutator.llm.models.NAME.base_url=URL")
     run.add_argument("--max-evals", type=int, help="shorthand for --set run.max_evals=N")
     for name, text in (("resume", "continue a stopped or crashed run"), ("status", "show a run's state"),
                        ("best", "show the best program and its held-out metrics")):

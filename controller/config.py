@@ -114,15 +114,37 @@ def parse_override(item: str) -> tuple[list[str], object]:
 
 
 def apply_overrides(tree: dict, overrides: list[str]) -> dict:
+    """Each `section.key=value` into `tree`. In a list of tables (`[[mutator.llm.models]]`) the part
+    after the list's name picks one by its `name`, or by its place from 0:
+    `mutator.llm.models.hosted.base_url=...` or `mutator.llm.models.0.base_url=...`."""
     for item in overrides:
         path, value = parse_override(item)
         node = tree
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
+        for i, part in enumerate(path[:-1]):
+            node = _entry(node, part, item, ".".join(path[:i])) if isinstance(node, list) \
+                else node.setdefault(part, {})
+            if isinstance(node, list) and i == len(path) - 2:
+                raise ConfigError(f"--set {item!r}: {part} is a list of tables; name one of them: "
+                                  f"{'.'.join(path[:-1])}.NAME.{path[-1]} ({_names(node)})")
+            if not isinstance(node, (dict, list)):
                 raise ConfigError(f"--set {item!r}: {part} is not a section")
         node[path[-1]] = value
     return tree
+
+
+def _entry(items: list, part: str, item: str, where: str):
+    """The table of `items` whose name is `part`, else the one at place `part` (from 0)."""
+    named = [entry for entry in items if isinstance(entry, dict) and entry.get("name") == part]
+    if named:
+        return named[0]
+    if part.isdigit() and int(part) < len(items):
+        return items[int(part)]
+    raise ConfigError(f"--set {item!r}: {where} has no entry {part!r} ({_names(items)})")
+
+
+def _names(items: list) -> str:
+    names = [str(entry.get("name")) for entry in items if isinstance(entry, dict) and entry.get("name")]
+    return (f"its names: {', '.join(names)}; or " if names else "") + f"a place from 0 to {len(items) - 1}"
 
 
 def validate(tree: dict, folder: Path | None = None) -> AtollConfig:

@@ -1,4 +1,5 @@
 """Bad configuration stops with one line naming the key; good configs load."""
+import re
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,22 @@ def test_overrides_are_typed_and_validated(tmp_path):
         load_config(write(tmp_path, BASE), ["islands.count=many"])
     with pytest.raises(ConfigError, match="expected section.key=value"):
         load_config(write(tmp_path, BASE), ["islands.count"])
+
+
+def test_an_override_reaches_one_model_by_its_name_or_place():
+    """A shipped LLM config pointed at one's own server without editing it."""
+    api = str(Path(__file__).resolve().parents[2] / "configs" / "inventory_api.toml")
+    config, _ = load_config(api, ["mutator.llm.models.hosted.base_url=http://127.0.0.1:8000/v1",
+                                  "mutator.llm.models.0.max_in_flight=2"])
+    (model,) = config.mutator.llm.models
+    assert model.base_url == "http://127.0.0.1:8000/v1" and model.max_in_flight == 2
+    for item, needle in [("mutator.llm.models.other.base_url=x",
+                          "mutator.llm.models has no entry 'other' (its names: hosted; or a place from 0 to 0)"),
+                         ("mutator.llm.models.1.base_url=x", "has no entry '1'"),
+                         ("mutator.llm.models.base_url=x",
+                          "models is a list of tables; name one of them: mutator.llm.models.NAME.base_url")]:
+        with pytest.raises(ConfigError, match=re.escape(needle)):
+            load_config(api, [item])
 
 
 def test_missing_file(tmp_path):
