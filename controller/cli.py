@@ -152,3 +152,19 @@ def main(argv: list[str] | None = None) -> int:
     except (UserError, ConfigError) as exc:
         print(f"atoll: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        if not damaged(exc):
+            raise
+        print(f"atoll: an archive cannot be read: {str(exc).strip().splitlines()[0]}. The file is damaged or cut "
+              "short (a disk error, a copy that did not finish): a resume cannot start from it, though `atoll query` "
+              "may still read its undamaged parts. If the run directory exists elsewhere (the node it ran on, a "
+              "backup), give that copy", file=sys.stderr)
+        return 2
+
+
+def damaged(exc: BaseException) -> bool:
+    """Whether DuckDB found a file it cannot read as written: a block past its end, or one whose
+    checksum does not match. Any other error is a bug of Atoll's, and keeps its traceback."""
+    text = str(exc)
+    return type(exc).__module__ in ("duckdb", "_duckdb") and (
+        text.startswith("Corrupt database file") or "Could not read enough bytes from file" in text)

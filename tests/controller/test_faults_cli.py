@@ -220,3 +220,23 @@ def test_a_domain_that_raises_is_named_in_one_line_with_where(tmp_path):
     assert out.returncode == 2
     assert (f"atoll: the seed program failed (FAILED: internal evaluator error: IndexError: list index out of range "
             f"(broken.py, line {line}, in simulate)); nothing to evolve from") in out.stderr.splitlines(), out.stderr
+
+
+def test_a_damaged_archive_is_one_line_that_says_so(tmp_path):
+    """An archive cut short (an unfinished copy of the run directory): DuckDB cannot read a block."""
+    from store.duckdb_archive import DuckDBArchive
+    from store.records import Candidate, EvalResult, Status
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with DuckDBArchive(run_dir / "archive.duckdb") as archive:
+        archive.create_run("r1", {})
+        archive.record([(Candidate(f"p{i}", "r1", 0, 0, (), f"x = {i}\n" * 20, "seed", 0.0),
+                         EvalResult(f"p{i}", "search", Status.OK, score=-i)) for i in range(3000)])
+    path = run_dir / "archive.duckdb"
+    path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
+    out = atoll(tmp_path, "resume", run_dir, timeout=60)
+    assert out.returncode == 2, out.stderr
+    line = _one_line(out.stderr)
+    assert line.startswith("atoll: an archive cannot be read: IO Error: Could not read enough bytes from file")
+    assert "The file is damaged or cut short" in line
