@@ -36,6 +36,29 @@ milp_indset; control_lunarlander, control_pendulum, control_mountaincar; trading
 trading_synthetic, trading_null"""
 
 
+QUERY_EPILOG = """\
+a run's archive (DuckDB SQL; every table has run_id):
+  runs             one row a run: status, started_at, ended_at, config, toml, protections
+  programs         program_id, island, generation, parent_ids, code, mutator, seq, search_score
+  evaluations      program_id, split (search, validation, heldout), status, score, metrics (JSON),
+                   instance_scores, error, duration_s, node_ip
+  lineage          child_id, parent_id
+  llm_calls        model, kind, status, error, completion, tokens_in, tokens_out, cost, latency_s
+  events           ts, kind, data (JSON): what the run met (lost actors, stalls, internal errors)
+  run_secrets      the seeds each split's data was drawn from
+views: best_per_island, program_scores, mutator_success, llm_usage, llm_prompts (each call's
+  prompt), raced, racing_summary, skills_learned, skill_uses, warm_starts
+macro: lineage_of('PROGRAM_ID'): the program and its ancestors, nearest first (depth, score, ...)
+
+examples:
+  atoll query runs/x "SELECT * FROM best_per_island"
+  atoll query runs/x "SELECT status, count(*) FROM evaluations GROUP BY ALL"
+  atoll query runs/x "SELECT program_id, error FROM evaluations WHERE status <> 'OK' LIMIT 10"
+  atoll query runs/x "SELECT * FROM lineage_of('PROGRAM_ID')"
+  atoll query --library "SELECT * FROM best_per_run"
+"""
+
+
 class UserError(Exception):
     """Bad input from the user: printed as one line, exit status 2."""
 
@@ -65,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--ray-address", help="join this Ray cluster (default: RAY_ADDRESS, else start a local Ray)")
         p.add_argument("--no-report", action="store_true", help="skip the held-out table at the end")
     query = sub.add_parser("query", help="run read-only SQL on a run's archive (also while it is live), "
-                                         "or with --library across every run the library knows")
+                                         "or with --library across every run the library knows",
+                           epilog=QUERY_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     query.add_argument("run_dir", nargs="?", help="a run directory (not with --library)")
     query.add_argument("sql", help='e.g. "SELECT * FROM best_per_island"')
     query.add_argument("--json", action="store_true", help="print rows as JSON lines")
