@@ -1,7 +1,10 @@
 """`atoll submit`: a search (or the resume of one) as a Ray job, through Ray's job submission SDK.
 
-The project travels as the job's working directory (Ray unpacks it on every node);
-the entry point is Atoll's own command, `python -m controller run CONFIG --run-dir DIR`.
+Atoll's code travels as the job's working directory (Ray unpacks it on every node): a
+source checkout as it is when the config lies inside it; otherwise (Atoll installed with
+`pip install .`, or a config of one's own elsewhere) a folder made for the job, holding
+Atoll's packages and the config's folder as `job/`. The entry point is Atoll's own
+command, `python -m controller run CONFIG --run-dir DIR`.
 The run directory lies under a storage root on the driver's node (`cluster.storage_root`,
 or `--storage-root`; `~` is that node's home), never inside the unpacked working directory,
 which Ray deletes when the job ends. The job's metadata records the run directory, so
@@ -13,8 +16,12 @@ in RAY_AUTH_TOKEN, in the file RAY_AUTH_TOKEN_PATH names, or in ~/.ray/auth_toke
 """
 from __future__ import annotations
 
+import contextlib
+import fnmatch
 import os
 import shlex
+import shutil
+import tempfile
 import time
 import uuid
 from pathlib import Path, PurePosixPath
@@ -112,27 +119,75 @@ def shell_path(path: str) -> str:
     return shlex.quote(path)
 
 
-def shipped_path(path: Path, what: str) -> str:
-    """`path` relative to the project, which travels as the working directory; one outside it is refused."""
+PACKAGES = ("controller", "workers", "islands", "evaluators", "store")  # Atoll's own, as pyproject.toml lists them
+JOB_FOLDER_MAX = 100 * 2**20  # a config's folder bigger than this is not sent (the user's data belongs elsewhere)
+
+
+def checkout() -> Path | None:
+    """Atoll's source checkout, when it runs from one (pyproject.toml beside its packages); None when installed."""
     root = project_root()
-    try:
-        return str(path.resolve().relative_to(root))
-    except ValueError:
-        raise UserError(f"{what} {path} lies outside {root}, the folder that travels to the cluster as the job's "
-                        "working directory; put it inside that folder") from None
+    return root if (root / "pyproject.toml").is_file() else None
 
 
-def entrypoint(args, config) -> tuple[str, str]:
+@contextlib.contextmanager
+def working_dir(config_path: Path | None, domain_path: str | None):
+    """(the folder that travels as the job's working directory, the config's path in it).
+
+    A config inside Atoll's checkout: the checkout, as it is. Otherwise a folder made for
+    the job, removed once Ray has taken it: Atoll's packages (from wherever this Atoll runs,
+    site-packages included) and the config's own folder as `job/`, which must hold the
+    domain file a config names.
+    """
+    root = checkout()
+    if root is not None and (config_path is None or _inside(config_path, root)):
+        if domain_path and not _inside(Path(domain_path), root):
+            raise UserError(f"domain.path {domain_path} lies outside {root}, the folder that travels to the cluster "
+                            "as the job's working directory; put it inside that folder")
+        yield root, str(config_path.resolve().relative_to(root)) if config_path else None
+        return
+    folder = config_path.resolve().parent if config_path is not None else None
+    if folder is not None:
+        if domain_path and not _inside(Path(domain_path), folder):
+            raise UserError(f"domain.path {domain_path} lies outside {folder}, the config's folder, which travels to "
+                            "the cluster with the job; put the domain file beside the config")
+        size = _folder_size(folder)
+        if size > JOB_FOLDER_MAX:
+            raise UserError(f"{folder} holds {size / 2**20:.1f} MiB: the config's folder travels to the cluster with "
+                            f"the job (at most {JOB_FOLDER_MAX // 2**20} MiB); put the config and its domain file in "
+                            "a folder of their own")
+    with tempfile.TemporaryDirectory(prefix="atoll-job-") as temp:
+        stage = Path(temp)
+        for name in PACKAGES:
+            shutil.copytree(project_root() / name, stage / name, ignore=shutil.ignore_patterns("__pycache__"))
+        if folder is not None:
+            shutil.copytree(folder, stage / "job", ignore=shutil.ignore_patterns(*EXCLUDES))
+        yield stage, f"job/{config_path.name}" if config_path is not None else None
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path.resolve().is_relative_to(folder.resolve())
+
+
+def _folder_size(folder: Path) -> int:
+    """Bytes under `folder`, what EXCLUDES leaves out not counted."""
+    total = 0
+    for base, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if not any(fnmatch.fnmatch(d, pattern) for pattern in EXCLUDES)]
+        for name in files:
+            if not any(fnmatch.fnmatch(name, pattern) for pattern in EXCLUDES):
+                with contextlib.suppress(OSError):
+                    total += os.lstat(os.path.join(base, name)).st_size
+    return total
+
+
+def entrypoint(args, config, shipped_config: str | None) -> tuple[str, str]:
     """(the job's command, its run directory) for `atoll submit CONFIG` or `atoll submit --resume DIR`."""
     if args.resume:
         run_dir = run_dir_for("", "", args.resume)
         words = ["python", "-m", "controller", "resume", shell_path(run_dir)]
     else:
         run_dir = run_dir_for(config.run.name, args.storage_root or config.cluster.storage_root, args.run_dir)
-        if config.domain.path:
-            shipped_path(Path(config.domain.path), "domain.path")
-        words = ["python", "-m", "controller", "run", shlex.quote(shipped_path(Path(args.config), "config")),
-                 "--run-dir", shell_path(run_dir)]
+        words = ["python", "-m", "controller", "run", shlex.quote(shipped_config), "--run-dir", shell_path(run_dir)]
     for item in args.set:
         words += ["--set", shlex.quote(item)]
     if args.no_report:
@@ -142,17 +197,19 @@ def entrypoint(args, config) -> tuple[str, str]:
 
 def submit(args, config) -> tuple[str, str]:
     """Submit the job; returns (job id, run directory)."""
-    command, run_dir = entrypoint(args, config)
-    jobs = client(address_of(args.address))
-    name = PurePosixPath(run_dir).name
-    try:
-        job_id = _submit_when_an_agent_is_up(
-            jobs, entrypoint=command, submission_id=f"atoll-{name}-{uuid.uuid4().hex[:6]}",
-            runtime_env={"working_dir": str(project_root()), "excludes": EXCLUDES},
-            metadata={METADATA_KEY: run_dir, "atoll_command": "resume" if args.resume else "run"})
-    except Exception as exc:  # noqa: BLE001  the job server refused it (HTTP error text), one line
-        raise UserError(f"the cluster at {address_of(args.address)} refused the job: "
-                        f"{(str(exc).strip().splitlines() or [type(exc).__name__])[-1]}") from None
+    config_path = None if args.resume else Path(args.config)
+    with working_dir(config_path, None if args.resume else config.domain.path) as (folder, shipped_config):
+        command, run_dir = entrypoint(args, config, shipped_config)
+        jobs = client(address_of(args.address))
+        name = PurePosixPath(run_dir).name
+        try:
+            job_id = _submit_when_an_agent_is_up(
+                jobs, entrypoint=command, submission_id=f"atoll-{name}-{uuid.uuid4().hex[:6]}",
+                runtime_env={"working_dir": str(folder), "excludes": EXCLUDES},
+                metadata={METADATA_KEY: run_dir, "atoll_command": "resume" if args.resume else "run"})
+        except Exception as exc:  # noqa: BLE001  the job server refused it (HTTP error text), one line
+            raise UserError(f"the cluster at {address_of(args.address)} refused the job: "
+                            f"{(str(exc).strip().splitlines() or [type(exc).__name__])[-1]}") from None
     return job_id, run_dir
 
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -168,9 +169,56 @@ def test_submit_refuses_what_cannot_work_on_a_cluster(tmp_path, args, needle):
     assert out.returncode == 2 and needle in out.stderr and out.stderr.strip().count("\n") == 0
 
 
-def test_a_config_outside_the_project_is_refused(tmp_path):
+def test_a_config_elsewhere_whose_domain_file_is_not_beside_it_is_refused(tmp_path):
     config = tmp_path / "c.toml"
     config.write_text((ROOT / CONFIG).read_text().replace('path = "fixed_cost.py"',
                                                           f'path = "{ROOT / "benchmarks" / "fixed_cost.py"}"'))
     out = atoll(tmp_path, "submit", config, "--address", "http://127.0.0.1:9", timeout=60)
-    assert out.returncode == 2 and "lies outside" in out.stderr, out.stderr
+    assert out.returncode == 2 and "put the domain file beside the config" in out.stderr, out.stderr
+    assert out.stderr.strip().count("\n") == 0
+
+
+def test_a_config_of_ones_own_outside_atolls_folder_runs_as_a_job(head, tmp_path):
+    """What `pip install .` users meet: Atoll's code is not a checkout around the config. The job gets
+    a folder made for it (Atoll's packages, the config's folder as job/), nothing else of this machine's."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    for name in ("fixed_cost.toml", "fixed_cost.py"):
+        shutil.copy(ROOT / "benchmarks" / name, mine / name)
+    (mine / "runs").mkdir()
+    (mine / "runs" / "big.bin").write_bytes(b"0" * 2**20)  # never sent (EXCLUDES)
+    run_dir = tmp_path / "run"
+    out = atoll(tmp_path, "submit", mine / "fixed_cost.toml", "--address", head, "--run-dir", run_dir,
+                "--max-evals", 4, "--set", "evaluator.actors=1", "--no-report", "--wait", timeout=180)
+    assert out.returncode == 0 and "search completed: 4 evaluations" in out.stdout, out.stdout + out.stderr
+    assert "python -m controller run job/fixed_cost.toml" in out.stdout  # the job's command, as Ray prints it
+    assert _count(run_dir) == 4
+    assert not list(Path(tempfile.gettempdir()).glob("atoll-job-*")), "the folder made for the job is removed"
+
+
+def test_a_config_folder_too_big_to_send_is_refused_before_anything_is_sent(tmp_path, monkeypatch):
+    from controller import submit
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "c.toml").write_text("")
+    (mine / "data.bin").write_bytes(b"0" * 4096)
+    monkeypatch.setattr(submit, "JOB_FOLDER_MAX", 1024)
+    with pytest.raises(submit.UserError, match="holds 0.0 MiB: the config's folder travels to the cluster"), \
+            submit.working_dir(mine / "c.toml", None):
+        pass
+
+
+def test_an_installed_atoll_sends_its_packages_and_the_configs_folder(tmp_path, monkeypatch):
+    """Installed (no checkout around the code), even a shipped config goes as job/ beside Atoll's packages."""
+    from controller import submit
+
+    monkeypatch.setattr(submit, "checkout", lambda: None)
+    with submit.working_dir(ROOT / CONFIG, str(ROOT / "benchmarks" / "fixed_cost.py")) as (folder, config):
+        assert config == "job/fixed_cost.toml" and (folder / config).is_file()
+        assert sorted(p.name for p in folder.iterdir()) == sorted([*submit.PACKAGES, "job"])
+        assert (folder / "controller" / "__main__.py").is_file() and (folder / "store" / "schema").is_dir()
+        assert not list(folder.rglob("__pycache__"))
+    assert not folder.exists()
+    with submit.working_dir(None, None) as (folder, config):  # a resume: Atoll's packages only
+        assert config is None and sorted(p.name for p in folder.iterdir()) == sorted(submit.PACKAGES)
