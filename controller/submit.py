@@ -84,11 +84,15 @@ def ray_command() -> str:
 
 def quiet_packaging() -> None:
     """Leave out Ray's notes on packing the working directory (a dozen lines a submission, among
-    them "Ignoring upload ... .gitignore" and ".git is now ignored"); its warnings about what
-    is packed stay."""
+    them "Ignoring upload ... .gitignore" and ".git is now ignored") and on its log stream; its
+    warnings about what is packed stay."""
     import logging
 
-    for name in ("ray._private.runtime_env.packaging", "ray.dashboard.modules.dashboard_sdk"):
+    _token_auth_if_token_found()  # before Ray's client loads: it reads the mode once
+    import ray.job_submission  # noqa: F401  its modules set their loggers to INFO as they load: load them first
+
+    for name in ("ray._private.runtime_env.packaging", "ray.dashboard.modules.dashboard_sdk",
+                 "ray.dashboard.modules.job.sdk"):  # the last: "WebSocket closed" as --wait ends
         logging.getLogger(name).setLevel(logging.WARNING)
     logging.getLogger("ray._private.runtime_env.working_dir").setLevel(logging.ERROR)  # only the .git note
 

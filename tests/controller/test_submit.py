@@ -84,6 +84,7 @@ def test_submit_runs_a_search_as_a_ray_job_then_status_and_query_read_it(head, t
     assert "submitted job atoll-run-" in out.stdout and "ray job logs -f atoll-run-" in out.stdout
     assert "search completed: 10 evaluations" in out.stdout  # the job's own output, followed
     assert "Ignoring upload" not in out.stdout + out.stderr  # Ray's notes on packing the project, left out
+    assert "WebSocket closed" not in out.stdout + out.stderr
     # The hint to follow the job works as printed, from a shell that set nothing (the token found in ~/.ray).
     follow = next(line.split(":", 1)[1].strip() for line in out.stdout.splitlines() if "follow it:" in line)
     assert follow.startswith("RAY_AUTH_MODE=token ray job logs -f ")
