@@ -1,6 +1,7 @@
 """`atoll new-domain` and `atoll check`: start a domain of one's own, and check that it is sound."""
 from __future__ import annotations
 
+import importlib.util
 import time
 from pathlib import Path
 
@@ -24,8 +25,9 @@ def cmd_new_domain(args) -> int:
         raise UserError(f"cannot write into {folder}: {exc.strerror or exc}") from None
     config = next(path for path in written if path.suffix == ".toml")
     console.print(f"wrote {', '.join(str(path) for path in written)}", soft_wrap=True)
+    needs = "" if importlib.util.find_spec("pytest") else "   (pytest is not installed here: pip install pytest)"
     console.print(f"check it:  atoll check {config}\nsearch:    atoll run {config}\n"
-                  f"its tests: python -m pytest {folder}", soft_wrap=True)
+                  f"its tests: python -m pytest {folder}{needs}", soft_wrap=True)
     return 0
 
 

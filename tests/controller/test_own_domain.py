@@ -166,3 +166,20 @@ def test_a_program_the_embedded_mutator_cannot_change_ends_the_run_with_the_reas
                                              "count(*) FILTER (WHERE kind = 'embedded-stalled') FROM events")
     assert 200 <= rows[0][0] < 300 and rows[0][1] == 1, rows
     assert "stalled" in atoll("status", "run", cwd=tmp_path).stdout
+
+
+@pytest.mark.parametrize("has_pytest", [True, False])
+def test_new_domain_says_how_to_get_pytest_where_it_is_not_installed(tmp_path, monkeypatch, capsys, has_pytest):
+    """`pip install .` does not bring pytest; the printed line to run the domain's tests says what it needs."""
+    import argparse
+    import importlib.util
+
+    from controller.domain_commands import cmd_new_domain
+
+    find = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "pytest" and not has_pytest else find(name, *a))
+    assert cmd_new_domain(argparse.Namespace(name="shelf", dir=str(tmp_path / "shelf"))) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("its tests:"))
+    assert line.startswith(f"its tests: python -m pytest {tmp_path / 'shelf'}")
+    assert ("pip install pytest" in line) == (not has_pytest)
