@@ -189,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
 def damaged(exc: BaseException) -> bool:
     """Whether DuckDB found a file it cannot read as written: a block past its end, or one whose
     checksum does not match. Any other error is a bug of Atoll's, and keeps its traceback."""
+    from store.duckdb_archive import ArchiveDamaged
+
     text = str(exc)
-    return type(exc).__module__ in ("duckdb", "_duckdb") and (
+    return isinstance(exc, ArchiveDamaged) or type(exc).__module__ in ("duckdb", "_duckdb") and (
         text.startswith("Corrupt database file") or "Could not read enough bytes from file" in text)

@@ -23,7 +23,7 @@ console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ e
 
 
 def cmd_status(args) -> int:
-    from store.query import is_live
+    from store.query import is_damaged, is_live
 
     run_dir = Path(args.run_dir)
     sql = ("SELECT r.run_id, r.status, r.started_at, r.ended_at, "
@@ -39,7 +39,7 @@ def cmd_status(args) -> int:
     print_rows(cols, rows, note)
     if rows:
         _status_llm(run_dir, rows[-1][0])
-    if not is_live(note) and any(row[1] == "running" for row in rows):
+    if not is_live(note) and not is_damaged(note) and any(row[1] == "running" for row in rows):
         console.print("no driver holds this run: it stopped without ending (crash, kill or lost machine); "
                       f"everything committed is kept. Continue with: atoll resume {run_dir} (a run submitted as a "
                       f"Ray job: atoll submit --resume {run_dir} --address http://HEAD:8265)", soft_wrap=True)

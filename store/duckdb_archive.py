@@ -66,6 +66,26 @@ def migrations() -> list[tuple[int, str, str]]:
     return found
 
 
+class ArchiveDamaged(Exception):
+    """The archive's file is shorter than the blocks it records: cut short (an unfinished copy, a disk error)."""
+
+
+def cut_short(con, path: Path) -> str | None:
+    """Why the file at `path`, open on `con`, cannot hold what it records; None when it can.
+
+    DuckDB's file is its header and then `total_blocks` blocks of `block_size` bytes; a file
+    shorter than those blocks was cut short, and reading the missing ones fails at some later
+    query, after a resume could have started writing.
+    """
+    row = con.execute("SELECT block_size, total_blocks FROM pragma_database_size() "
+                      "WHERE database_name = current_database()").fetchone()
+    size = path.stat().st_size if path.exists() else None
+    if row is None or size is None or size >= row[0] * row[1]:
+        return None
+    return (f"Could not read enough bytes from file {str(path)!r}: it is {size:,} bytes, and the {row[1]} blocks "
+            f"of {row[0]:,} bytes it records need {row[0] * row[1]:,}; it was cut short")
+
+
 class DuckDBArchive:
     """A run directory's archive. Open read-write in the driver only.
 
@@ -84,6 +104,10 @@ class DuckDBArchive:
         self.path = Path(path)
         self.read_only = read_only
         self.con = duckdb.connect(str(self.path), read_only=read_only, config=CONFIG)
+        missing = cut_short(self.con, self.path)
+        if missing:  # before anything is written into it
+            self.close()
+            raise ArchiveDamaged(missing)
         self._writer: Writer | None = None
         if not read_only:
             self.migrate()

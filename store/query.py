@@ -14,13 +14,22 @@ from pathlib import Path
 import duckdb
 
 from store import live
+from store.duckdb_archive import cut_short
 from store.readonly import QueryError, explained, first_line, reads
 
 ARCHIVE = "archive.duckdb"
 _READ_ONLY = {"enable_external_access": False, "autoinstall_known_extensions": False,
               "autoload_known_extensions": False, "lock_configuration": True}
 
-__all__ = ["QueryError", "is_live", "run_query"]
+__all__ = ["QueryError", "is_damaged", "is_live", "run_query"]
+
+
+DAMAGED_NOTE = "damaged archive: "
+
+
+def is_damaged(note: str | None) -> bool:
+    """Whether `run_query`'s note says the archive's file was cut short (`cut_short`)."""
+    return bool(note) and note.startswith(DAMAGED_NOTE)
 
 
 def is_live(note: str | None) -> bool:
@@ -46,14 +55,19 @@ def run_query(run_dir: str | Path, sql: str) -> tuple[list[str], list[tuple], st
         if "lock" not in str(exc).lower() and "same database file" not in str(exc):
             raise QueryError(f"cannot open {archive}: {first_line(exc)}") from None
         return _ask_holder(run_dir, sql, first_line(exc))
+    note = None
     try:
+        missing = cut_short(con, archive)
+        note = (f"{DAMAGED_NOTE}{missing}; what lies in the blocks it still has can be read, a resume cannot start "
+                "from it. If the run directory exists elsewhere (the node it ran on, a backup), use that copy"
+                if missing else None)
         for statement in statements:
             cursor = con.execute(statement)
         if cursor.description is None:
-            return [], [], None
-        return [d[0] for d in cursor.description], cursor.fetchall(), None
+            return [], [], note
+        return [d[0] for d in cursor.description], cursor.fetchall(), note
     except duckdb.Error as exc:
-        raise QueryError(explained(exc)) from None
+        raise QueryError(f"{note} (this query needs a part that is gone)" if note else explained(exc)) from None
     finally:
         con.close()
 

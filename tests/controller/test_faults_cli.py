@@ -233,10 +233,16 @@ def test_a_damaged_archive_is_one_line_that_says_so(tmp_path):
         archive.create_run("r1", {})
         archive.record([(Candidate(f"p{i}", "r1", 0, 0, (), f"x = {i}\n" * 20, "seed", 0.0),
                          EvalResult(f"p{i}", "search", Status.OK, score=-i)) for i in range(3000)])
+        archive.set_run_status("r1", "running")  # as a lost machine leaves it
     path = run_dir / "archive.duckdb"
     path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
+    cut = path.read_bytes()
     out = atoll(tmp_path, "resume", run_dir, timeout=60)
     assert out.returncode == 2, out.stderr
     line = _one_line(out.stderr)
-    assert line.startswith("atoll: an archive cannot be read: IO Error: Could not read enough bytes from file")
-    assert "The file is damaged or cut short" in line
+    assert line.startswith("atoll: an archive cannot be read: Could not read enough bytes from file")
+    assert "it was cut short" in line and "The file is damaged or cut short" in line
+    assert path.read_bytes() == cut and "ray" not in out.stderr.lower()  # nothing written, no Ray started
+    status = atoll(tmp_path, "status", run_dir)  # never an offer to resume it
+    assert "damaged archive: " in status.stderr and "it was cut short" in status.stderr, status.stderr
+    assert "Continue with" not in status.stdout
