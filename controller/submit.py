@@ -154,11 +154,9 @@ def working_dir(config_path: Path | None, domain_path: str | None):
         if domain_path and not _inside(Path(domain_path), folder):
             raise UserError(f"domain.path {domain_path} lies outside {folder}, the config's folder, which travels to "
                             "the cluster with the job; put the domain file beside the config")
-        size = _folder_size(folder)
-        if size > JOB_FOLDER_MAX:
-            raise UserError(f"{folder} holds {size / 2**20:.1f} MiB: the config's folder travels to the cluster with "
-                            f"the job (at most {JOB_FOLDER_MAX // 2**20} MiB); put the config and its domain file in "
-                            "a folder of their own")
+        if _folder_size(folder, JOB_FOLDER_MAX) > JOB_FOLDER_MAX:
+            raise UserError(f"{folder} holds more than {JOB_FOLDER_MAX // 2**20} MiB: the config's folder travels to "
+                            "the cluster with the job; put the config and its domain file in a folder of their own")
     with tempfile.TemporaryDirectory(prefix="atoll-job-") as temp:
         stage = Path(temp)
         for name in PACKAGES:
@@ -172,8 +170,9 @@ def _inside(path: Path, folder: Path) -> bool:
     return path.resolve().is_relative_to(folder.resolve())
 
 
-def _folder_size(folder: Path) -> int:
-    """Bytes under `folder`, what EXCLUDES leaves out not counted."""
+def _folder_size(folder: Path, enough: int) -> int:
+    """Bytes under `folder`, what EXCLUDES leaves out not counted; the walk stops once past `enough`
+    (a config in one's home folder would otherwise walk all of it)."""
     total = 0
     for base, dirs, files in os.walk(folder):
         dirs[:] = [d for d in dirs if not any(fnmatch.fnmatch(d, pattern) for pattern in EXCLUDES)]
@@ -181,6 +180,8 @@ def _folder_size(folder: Path) -> int:
             if not any(fnmatch.fnmatch(name, pattern) for pattern in EXCLUDES):
                 with contextlib.suppress(OSError):
                     total += os.lstat(os.path.join(base, name)).st_size
+            if total > enough:
+                return total
     return total
 
 

@@ -205,7 +205,7 @@ def test_a_config_folder_too_big_to_send_is_refused_before_anything_is_sent(tmp_
     (mine / "c.toml").write_text("")
     (mine / "data.bin").write_bytes(b"0" * 4096)
     monkeypatch.setattr(submit, "JOB_FOLDER_MAX", 1024)
-    with pytest.raises(submit.UserError, match="holds 0.0 MiB: the config's folder travels to the cluster"), \
+    with pytest.raises(submit.UserError, match="holds more than 0 MiB: the config's folder travels to the cluster"), \
             submit.working_dir(mine / "c.toml", None):
         pass
 
