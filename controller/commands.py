@@ -52,7 +52,7 @@ def cmd_run(args) -> int:
 
     with rundir.create_archive(run_dir, run_id, config.model_dump(mode="json"), text, setup) as archive, \
             LiveReads(archive, run_dir):  # `atoll query` asks it while the run is live
-        console.print(f"atoll run {run_id} in {run_dir} (resume with: atoll resume {run_dir})",
+        console.print(f"atoll run {run_id} in {run_dir} (resume with: {_resume_command(run_dir)})",
                       soft_wrap=True)
         return _search(config, archive, run_id, run_dir, args)
 

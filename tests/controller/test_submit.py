@@ -119,6 +119,7 @@ def test_the_printed_stop_hint_stops_the_job_which_commits_and_says_to_submit_it
     logs = _shell(hints["follow it"].strip().replace(" -f ", " "))
     assert "search interrupted" in logs.stdout, logs.stdout + logs.stderr
     assert f"Continue with: atoll submit --resume {run_dir} --address" in logs.stdout
+    assert f"(resume with: atoll submit --resume {run_dir} --address" in logs.stdout  # said as it started
     status = atoll(tmp_path, "status", run_dir)
     assert "interrupted" in status.stdout and _count(run_dir) >= 2  # everything finished was committed
 
