@@ -13,7 +13,7 @@ from controller.config import apply_overrides, load_config, validate
 from controller.memory_commands import cmd_runs, cmd_skills, library_query  # noqa: F401  (the library's commands)
 from controller.domain_commands import cmd_check, cmd_new_domain  # noqa: F401  (the CLI finds commands here)
 from controller.control_commands import cmd_continue, cmd_pause, cmd_set, cmd_stop, cmd_watch  # noqa: F401
-from controller.submit import cmd_jobs, cmd_submit, storage_root  # noqa: F401
+from controller.submit import cmd_jobs, cmd_submit, resume_command, storage_root  # noqa: F401
 from controller.read_commands import cmd_best, cmd_query, cmd_status, console  # noqa: F401
 
 
@@ -52,7 +52,7 @@ def cmd_run(args) -> int:
 
     with rundir.create_archive(run_dir, run_id, config.model_dump(mode="json"), text, setup) as archive, \
             LiveReads(archive, run_dir):  # `atoll query` asks it while the run is live
-        console.print(f"atoll run {run_id} in {run_dir} (resume with: {_resume_command(run_dir)})",
+        console.print(f"atoll run {run_id} in {run_dir} (resume with: {resume_command(run_dir)})",
                       soft_wrap=True)
         return _search(config, archive, run_id, run_dir, args)
 
@@ -198,24 +198,15 @@ def _search_and_report(config, archive, run_id, run_dir, args) -> int:
     console.print(f"search {status}: {archive.count_evaluations(run_id, 'search')} evaluations")
     if status == "stalled":
         console.print(f"no mutator had a new program to propose (said above); everything finished is committed. "
-                      f"Continue with: {_resume_command(run_dir)}", soft_wrap=True)
+                      f"Continue with: {resume_command(run_dir)}", soft_wrap=True)
     _llm_summary(archive, run_id)
     if status != "interrupted" and not args.no_report:
         return _report(archive, run_id, search.domain, search.ready_evaluators(), run_dir,
                        lambda: new_evaluator(config, hide, secrets=secrets))
     if status == "interrupted":
-        console.print(f"stopped; everything finished is committed. Continue with: {_resume_command(run_dir)}",
+        console.print(f"stopped; everything finished is committed. Continue with: {resume_command(run_dir)}",
                       soft_wrap=True)
     return 130 if status == "interrupted" else 0
-
-
-def _resume_command(run_dir) -> str:
-    """How to continue this run: as a Ray job again when it ran as one (`atoll submit`, `ray job submit`)."""
-    from controller.submit import in_ray_job
-
-    if in_ray_job():
-        return f"atoll submit --resume {run_dir} --address http://HEAD:8265 (the job server this job ran on)"
-    return f"atoll resume {run_dir}"
 
 
 def _control_setup(config):

@@ -16,6 +16,7 @@ from collections import Counter, deque
 from pydantic import ValidationError
 
 from controller.steering import Refused, Steering
+from controller.submit import resume_command
 from store.records import Status
 
 LIVE_BUDGETS = ("run.max_evals", "run.max_wall_s", "mutator.llm.budget.calls", "mutator.llm.budget.tokens",
@@ -72,7 +73,7 @@ class Helm:
         self.paused, self._paused_at = True, now
         self.steering.publish("paused", {"in_flight": search.in_flight()})
         return (f"paused: nothing new is submitted; the {search.in_flight()} job(s) in flight finish and are "
-                "committed (continue with: atoll continue RUN_DIR)")
+                f"committed (continue with: atoll continue {search.run_dir})")
 
     def _resume(self, search, command, now: float) -> str:
         if not self.paused:
@@ -86,7 +87,7 @@ class Helm:
         self.stopping = True
         self.steering.publish("stopping", {"in_flight": search.in_flight()})
         return ("stopping as on Ctrl-C: everything finished is committed, work in flight is dropped and redone by "
-                f"a resume (atoll resume {search.run_dir})")
+                f"a resume ({resume_command(search.run_dir)})")
 
     def _set(self, search, command, now: float) -> str:
         key, value = command.key, command.value

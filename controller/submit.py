@@ -264,6 +264,13 @@ def in_ray_job() -> bool:
     return bool(os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR"))
 
 
+def resume_command(run_dir) -> str:
+    """How to continue a run: as a Ray job again when this driver is one (`atoll submit`, `ray job submit`)."""
+    if in_ray_job():
+        return f"atoll submit --resume {run_dir} --address http://HEAD:8265 (the job server this job ran on)"
+    return f"atoll resume {run_dir}"
+
+
 def storage_root(config, given: str | None) -> Path:
     """Where `atoll run` puts a new run directory: runs/ here, but in a Ray job `cluster.storage_root`.
 

@@ -136,6 +136,7 @@ def test_every_call_works_on_a_live_run_and_a_wrong_token_is_refused(segment_one
     assert len(codes) == 6 and set(codes.values()) == {grpc.StatusCode.UNAUTHENTICATED}, codes
     assert seen["paused_after_wrong_tokens"] is False
     assert seen["pause"].returncode == 0 and seen["pause"].stdout.startswith("paused")
+    assert f"(continue with: atoll continue {seen['run_dir']})" in seen["pause"].stdout  # the run's own directory
     assert seen["held_samples"] and all(s == (True, 0, seen["held"], seen["held"]) for s in seen["held_samples"])
     messages = [m.strip() for m in seen["bad_sets"]]
     assert seen["bad_cli"].returncode == 2 and all("\n" not in m for m in messages)
