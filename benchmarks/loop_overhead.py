@@ -218,7 +218,8 @@ def run_case(url: str, evals: int, work_ms: float, llm_in_flight: int, extra: li
         (tmp / "const.py").write_text(DOMAIN)
         (tmp / "bench.toml").write_text(CONFIG.format(evals=evals, work_ms=work_ms, url=url,
                                                       llm_in_flight=llm_in_flight))
-        env = dict(os.environ, PYTHONPATH=str(ROOT), ATOLL_CACHE_DIR=str(tmp / "cache"))
+        env = dict(os.environ, PYTHONPATH=str(ROOT), ATOLL_CACHE_DIR=str(tmp / "cache"),
+                   ATOLL_LIBRARY=str(tmp / "library.duckdb"))  # its own library, gone with it
         cmd = [sys.executable, "-m", "controller", "run", "bench.toml", "--run-dir", "run", "--no-report"]
         for item in extra:
             cmd += ["--set", item]

@@ -49,7 +49,8 @@ def arm_args(args, racing: bool, run_dir: Path) -> list[str]:
 
 
 def start(args, racing: bool, work: Path) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "ATOLL_CACHE_DIR": str(work / "cache")}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "ATOLL_CACHE_DIR": str(work / "cache"),
+           "ATOLL_LIBRARY": str(work / "library.duckdb")}  # never the user's library
     log = open(work / f"{'racing' if racing else 'full'}.log", "w")
     return subprocess.Popen([sys.executable, "-m", "controller", *arm_args(args, racing, work / ("on" if racing else "off"))],
                             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)

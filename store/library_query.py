@@ -74,8 +74,11 @@ def _attach_archives(con, run_dirs: list[str]) -> list[str]:
     """Attach each run's archive (or load a live run's tables) and make the all_* views."""
     parts: dict[str, list[str]] = {view: [f"SELECT NULL::VARCHAR AS run_dir, * FROM blank.{table}"]
                                    for view, table in ARCHIVE_TABLES.items()}
-    notes = []
+    notes, gone = [], []
     for i, run_dir in enumerate(run_dirs):
+        if not (Path(run_dir) / ARCHIVE).is_file():  # a run directory deleted or moved since
+            gone.append(run_dir)
+            continue
         alias, note = f"run_{i}", None
         attached, note = _attach_one(con, alias, Path(run_dir))
         if note:
@@ -87,13 +90,14 @@ def _attach_archives(con, run_dirs: list[str]) -> list[str]:
     for view, selects in parts.items():
         con.execute(f"CREATE TEMP VIEW {view} AS " + " UNION ALL BY NAME ".join(selects))
     con.execute(_BEST)
+    if gone:  # one note, however many: a library kept for months names hundreds
+        shown = ", ".join(gone[:3]) + (f" and {len(gone) - 3} more" if len(gone) > 3 else "")
+        notes.insert(0, f"skipped {len(gone)} run(s) whose {ARCHIVE} is no longer there: {shown}")
     return notes
 
 
 def _attach_one(con, alias: str, run_dir: Path) -> tuple[bool, str | None]:
     archive = run_dir / ARCHIVE
-    if not archive.is_file():
-        return False, f"skipped {run_dir}: no {ARCHIVE} there any more"
     try:
         con.execute(f"ATTACH ? AS {alias} (READ_ONLY)", [str(archive)])
         return True, None

@@ -13,6 +13,20 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def session_library(tmp_path_factory):
+    """The library of what outlives one test: a module's Ray head (whose jobs' drivers inherit its
+    environment) and a run a module fixture starts. Set before any of them, never the user's."""
+    path = tmp_path_factory.mktemp("session-library") / "library.duckdb"
+    before = os.environ.get("ATOLL_LIBRARY")
+    os.environ["ATOLL_LIBRARY"] = str(path)
+    yield path
+    if before is None:
+        os.environ.pop("ATOLL_LIBRARY", None)
+    else:
+        os.environ["ATOLL_LIBRARY"] = before
+
+
 @pytest.fixture(autouse=True)
 def temporary_library(tmp_path, monkeypatch):
     """Every test (and every CLI it starts) uses its own library, never the user's real one."""

@@ -12,6 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import duckdb
 import psutil
 import pytest
 
@@ -76,7 +77,7 @@ def _count(run_dir) -> int:
     return rows[0][0]
 
 
-def test_submit_runs_a_search_as_a_ray_job_then_status_and_query_read_it(head, tmp_path):
+def test_submit_runs_a_search_as_a_ray_job_then_status_and_query_read_it(head, tmp_path, session_library):
     run_dir = tmp_path / "run"
     out = atoll(tmp_path, "submit", CONFIG, "--address", head, "--run-dir", run_dir, "--max-evals", 10,
                 "--set", "evaluator.actors=2", "--no-report", "--wait", timeout=180)
@@ -97,6 +98,9 @@ def test_submit_runs_a_search_as_a_ray_job_then_status_and_query_read_it(head, t
     assert query.stdout.strip() == '{"nodes": 1}'
     jobs = atoll(tmp_path, "jobs", "--address", head)
     assert str(run_dir) in jobs.stdout and "SUCCEEDED" in jobs.stdout
+    # the job's driver inherits the head's environment: the test session's library, never the user's
+    with duckdb.connect(str(session_library), read_only=True) as con:
+        assert (str(run_dir),) in con.execute("SELECT run_dir FROM runs").fetchall()
 
     more = atoll(tmp_path, "submit", "--resume", run_dir, "--address", head, "--set", "run.max_evals=14",
                  "--no-report", "--wait", timeout=180)

@@ -90,4 +90,16 @@ def test_a_live_run_is_asked_for_its_rows_and_a_vanished_one_skipped(tmp_path, l
         holder.kill()
         holder.wait()
     assert rows == [("live", -0.7)]
-    assert f"{live}: live run, its tables as the process holding it answered" in note and f"skipped {gone}" in note
+    assert f"{live}: live run, its tables as the process holding it answered" in note
+    assert f"skipped 1 run(s) whose archive.duckdb is no longer there: {gone}" in note
+
+
+def test_runs_whose_directories_are_gone_are_one_short_note_however_many(tmp_path, library):
+    kept = _run(tmp_path, "kept", [-1.0], library)
+    gone = [_run(tmp_path, f"gone{i}", [-1.0], library) for i in range(5)]
+    for run_dir in gone:
+        (run_dir / "archive.duckdb").unlink()
+    _, rows, note = run_library_query(library, "SELECT run_dir FROM best_per_run")
+    assert rows == [(str(kept),)]
+    assert note == (f"skipped 5 run(s) whose archive.duckdb is no longer there: {gone[0]}, {gone[1]}, {gone[2]} "
+                    "and 2 more")
