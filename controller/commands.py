@@ -104,6 +104,11 @@ def cmd_resume(args) -> int:
             console.print(f"atoll config changed for the rest of the run: {', '.join(args.set)}")
         archive.record_protections(run_id, _sandbox_protections(config))
         done = archive.count_evaluations(run_id, "search")
+        if run["status"] == "completed" and done >= config.run.max_evals:  # nothing left: no Ray, no models
+            console.print(f"atoll: {run_id} completed with its {done} of {config.run.max_evals} evaluations; nothing "
+                          f"to resume. Give it more with: atoll resume {run_dir} --set run.max_evals=N (its held-out "
+                          f"table: atoll report {run_dir})", soft_wrap=True)
+            return 0
         console.print(f"atoll resuming {run_id}: {done}/{config.run.max_evals} evaluations done")
         connect(args.ray_address)
         return _search(config, archive, run_id, run_dir, args)

@@ -73,17 +73,19 @@ class ArchiveDamaged(Exception):
 def cut_short(con, path: Path) -> str | None:
     """Why the file at `path`, open on `con`, cannot hold what it records; None when it can.
 
-    DuckDB's file is its header and then `total_blocks` blocks of `block_size` bytes; a file
-    shorter than those blocks was cut short, and reading the missing ones fails at some later
-    query, after a resume could have started writing.
+    DuckDB's file is a header and then blocks of `block_size` bytes, `used_blocks` of them in
+    use: a file shorter than those was cut short, and reading a missing block fails at some
+    later query, after a resume could have started writing. (Its `total_blocks` can count free
+    blocks past the end of a file DuckDB shortened, so it is no bound.) A file cut by less than
+    this shows is found by the read that fails.
     """
-    row = con.execute("SELECT block_size, total_blocks FROM pragma_database_size() "
+    row = con.execute("SELECT block_size, used_blocks FROM pragma_database_size() "
                       "WHERE database_name = current_database()").fetchone()
     size = path.stat().st_size if path.exists() else None
     if row is None or size is None or size >= row[0] * row[1]:
         return None
     return (f"Could not read enough bytes from file {str(path)!r}: it is {size:,} bytes, and the {row[1]} blocks "
-            f"of {row[0]:,} bytes it records need {row[0] * row[1]:,}; it was cut short")
+            f"of {row[0]:,} bytes in use need {row[0] * row[1]:,}; it was cut short")
 
 
 class DuckDBArchive:

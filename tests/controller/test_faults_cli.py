@@ -246,3 +246,25 @@ def test_a_damaged_archive_is_one_line_that_says_so(tmp_path):
     status = atoll(tmp_path, "status", run_dir)  # never an offer to resume it
     assert "damaged archive: " in status.stderr and "it was cut short" in status.stderr, status.stderr
     assert "Continue with" not in status.stdout
+
+
+def test_resuming_a_completed_run_says_so_and_starts_nothing(tmp_path):
+    """Its evaluations all done: one line on how to give it more, exit 0, no Ray and no model started."""
+    from controller.config import validate
+    from store.duckdb_archive import DuckDBArchive
+    from store.records import Candidate, EvalResult, Status
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    config = validate({"domain": {"name": "inventory"}, "run": {"max_evals": 2}}).model_dump(mode="json")
+    with DuckDBArchive(run_dir / "archive.duckdb") as archive:
+        archive.create_run("r1", config)
+        archive.record([(Candidate(f"p{i}", "r1", 0, i, ("p0",) if i else (), f"x = {i}", "seed", 0.0),
+                         EvalResult(f"p{i}", "search", Status.OK, score=-1.0)) for i in range(2)])
+        archive.set_run_status("r1", "completed", ended=True)
+    started = time.monotonic()
+    out = atoll(tmp_path, "resume", run_dir, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert (f"r1 completed with its 2 of 2 evaluations; nothing to resume. Give it more with: atoll resume {run_dir} "
+            "--set run.max_evals=N") in out.stdout
+    assert "atoll resuming" not in out.stdout and time.monotonic() - started < 30  # Ray alone takes seconds to start

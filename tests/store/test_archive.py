@@ -283,3 +283,30 @@ def test_an_archive_from_before_version_8_is_migrated_with_its_rows(tmp_path):
         assert sql("SELECT program_id, seq, parent_score, best_so_far FROM programs WHERE program_id IN ('a', 'e') "
                    "ORDER BY seq") == [("a", 1, None, -3.0), ("e", 5, -0.7, -0.2)]  # a's running best follows its new score
         assert archive.evaluation("a", "search")["score"] == -3.0  # the later measurement replaced the first
+
+
+def test_cut_short_finds_a_truncated_file_and_never_one_duckdb_shortened_itself(tmp_path):
+    """DuckDB shortens its file when the last blocks fall free, yet still counts them in total_blocks:
+    a healthy archive must never read as cut short (its resume would be refused)."""
+    import duckdb
+
+    from store.duckdb_archive import cut_short
+
+    path = tmp_path / "a.duckdb"
+    with duckdb.connect(str(path)) as con:
+        con.execute("CREATE TABLE keep AS SELECT range AS i, random()::VARCHAR || repeat('x', 20) AS s "
+                    "FROM range(100000)")
+        con.execute("CHECKPOINT")
+        con.execute("CREATE TABLE later AS SELECT range AS i, random()::VARCHAR AS s FROM range(300000)")
+        con.execute("CHECKPOINT")
+        con.execute("DROP TABLE later")
+        con.execute("CHECKPOINT")
+    with duckdb.connect(str(path), read_only=True) as con:
+        total, used, block = con.execute("SELECT total_blocks, used_blocks, block_size "
+                                         "FROM pragma_database_size()").fetchone()
+        size = path.stat().st_size
+        assert total * block > size >= used * block  # the blocks past the end are counted, and free
+        assert cut_short(con, path) is None
+    path.write_bytes(path.read_bytes()[:size // 2])
+    with duckdb.connect(str(path), read_only=True) as con:
+        assert "it was cut short" in cut_short(con, path)
