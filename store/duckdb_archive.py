@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from store.hash_index import HashSet
+from store.readonly import cut_short
 from store.records import Candidate, EvalResult
 from store.writer import TableColumns, Writer, insert_arrow, to_json
 
@@ -68,24 +69,6 @@ def migrations() -> list[tuple[int, str, str]]:
 
 class ArchiveDamaged(Exception):
     """The archive's file is shorter than the blocks it records: cut short (an unfinished copy, a disk error)."""
-
-
-def cut_short(con, path: Path) -> str | None:
-    """Why the file at `path`, open on `con`, cannot hold what it records; None when it can.
-
-    DuckDB's file is a header and then blocks of `block_size` bytes, `used_blocks` of them in
-    use: a file shorter than those was cut short, and reading a missing block fails at some
-    later query, after a resume could have started writing. (Its `total_blocks` can count free
-    blocks past the end of a file DuckDB shortened, so it is no bound.) A file cut by less than
-    this shows is found by the read that fails.
-    """
-    row = con.execute("SELECT block_size, used_blocks FROM pragma_database_size() "
-                      "WHERE database_name = current_database()").fetchone()
-    size = path.stat().st_size if path.exists() else None
-    if row is None or size is None or size >= row[0] * row[1]:
-        return None
-    return (f"Could not read enough bytes from file {str(path)!r}: it is {size:,} bytes, and the {row[1]} blocks "
-            f"of {row[0]:,} bytes in use need {row[0] * row[1]:,}; it was cut short")
 
 
 class DuckDBArchive:

@@ -14,8 +14,7 @@ from pathlib import Path
 import duckdb
 
 from store import live
-from store.duckdb_archive import cut_short
-from store.readonly import QueryError, explained, first_line, reads
+from store.readonly import QueryError, cut_short, explained, first_line, reads
 
 ARCHIVE = "archive.duckdb"
 _READ_ONLY = {"enable_external_access": False, "autoinstall_known_extensions": False,

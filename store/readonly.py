@@ -9,6 +9,7 @@ cannot change settings.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import duckdb
 
@@ -70,3 +71,21 @@ def explained(exc: duckdb.Error) -> str:
 def first_line(exc: Exception) -> str:
     lines = str(exc).strip().splitlines()
     return lines[0] if lines else type(exc).__name__
+
+
+def cut_short(con, path: Path) -> str | None:
+    """Why the file at `path`, open on `con`, cannot hold what it records; None when it can.
+
+    DuckDB's file is a header and then blocks of `block_size` bytes, `used_blocks` of them in
+    use: a file shorter than those was cut short, and reading a missing block fails at some
+    later query, after a resume could have started writing. (Its `total_blocks` can count free
+    blocks past the end of a file DuckDB shortened, so it is no bound.) A file cut by less than
+    this shows is found by the read that fails.
+    """
+    row = con.execute("SELECT block_size, used_blocks FROM pragma_database_size() "
+                      "WHERE database_name = current_database()").fetchone()
+    size = path.stat().st_size if path.exists() else None
+    if row is None or size is None or size >= row[0] * row[1]:
+        return None
+    return (f"Could not read enough bytes from file {str(path)!r}: it is {size:,} bytes, and the {row[1]} blocks "
+            f"of {row[0]:,} bytes in use need {row[0] * row[1]:,}; it was cut short")

@@ -290,7 +290,7 @@ def test_cut_short_finds_a_truncated_file_and_never_one_duckdb_shortened_itself(
     a healthy archive must never read as cut short (its resume would be refused)."""
     import duckdb
 
-    from store.duckdb_archive import cut_short
+    from store.readonly import cut_short
 
     path = tmp_path / "a.duckdb"
     with duckdb.connect(str(path)) as con:
