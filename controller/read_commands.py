@@ -18,7 +18,7 @@ from controller.memory_commands import library_query
 # Output to a file or a pipe (a log, a job's driver output) is not cut to 80 columns:
 # the held-out tables stay one line per row there.
 # Markup off: what it prints is mostly data (programs, errors, paths, query results), where rich
-# read `params[i]` or `[atoll]` as a style tag and dropped it. The few styled lines ask for markup.
+# read `params[i]` or `[atoll]` as a style tag and dropped it. A styled line gives a style, never markup.
 console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160, markup=False)
 
 
