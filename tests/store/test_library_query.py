@@ -103,3 +103,14 @@ def test_runs_whose_directories_are_gone_are_one_short_note_however_many(tmp_pat
     assert rows == [(str(kept),)]
     assert note == (f"skipped 5 run(s) whose archive.duckdb is no longer there: {gone[0]}, {gone[1]}, {gone[2]} "
                     "and 2 more")
+
+
+def test_atoll_runs_says_how_many_of_its_runs_are_gone(tmp_path, temporary_library, atoll_cli):
+    library = Library(temporary_library)  # the one the CLI reads (ATOLL_LIBRARY)
+    _run(tmp_path, "kept", [-1.0], library)
+    gone = _run(tmp_path, "gone", [-1.0], library)
+    (gone / "archive.duckdb").unlink()
+    out = atoll_cli("runs")
+    assert "gone" in out.stdout and "kept" in out.stdout  # both listed, as the library knows them
+    assert ("1 of these 2 runs' directories no longer hold their archive.duckdb (moved or deleted); "
+            "`atoll query --library` leaves them out") in out.stderr
