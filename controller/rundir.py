@@ -25,7 +25,8 @@ def open_archive(run_dir: Path, read_only: bool = False, patience_s: float = 3.0
     A reader (`atoll status`, `atoll query`) holds a stopped run's archive for a moment; the
     open waits out such a lock for `patience_s`, a live driver's lock is there for good.
     """
-    from store.duckdb_archive import ArchiveDamaged, DuckDBArchive
+    from store.duckdb_archive import DuckDBArchive
+    from store.readonly import is_lock_error
 
     if not (run_dir / ARCHIVE).is_file():
         raise UserError(f"{run_dir} is not a run directory (no {ARCHIVE} in it)")
@@ -33,12 +34,10 @@ def open_archive(run_dir: Path, read_only: bool = False, patience_s: float = 3.0
     while True:
         try:
             return DuckDBArchive(run_dir / ARCHIVE, read_only=read_only)
-        except ArchiveDamaged:
-            raise
         except Exception as exc:  # duckdb's lock error names the holder's pid; nothing was written
             if "permission denied" in str(exc).lower():
                 raise not_yours(run_dir, read_only) from None
-            if "could not set lock" not in str(exc).lower():
+            if not is_lock_error(exc):
                 raise
             if time.monotonic() > deadline:
                 raise in_use(run_dir, str(exc)) from None

@@ -26,6 +26,8 @@ import duckdb
 import platformdirs
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
 
+from store.readonly import is_lock_error
+
 ENV = "ATOLL_LIBRARY"
 SCHEMA_DIR = Path(__file__).with_name("library_schema")
 T = TypeVar("T")
@@ -56,12 +58,6 @@ def migrations() -> list[tuple[int, str, str]]:
 
 def latest_version() -> int:
     return max(version for version, _, _ in migrations())
-
-
-def is_lock_error(exc: BaseException) -> bool:
-    """Another process holds the file (or, in this process, another attachment of it)."""
-    text = str(exc)
-    return isinstance(exc, duckdb.Error) and ("Could not set lock" in text or "Unique file handle conflict" in text)
 
 
 def _is_damage(exc: BaseException) -> bool:

@@ -14,7 +14,14 @@ from pathlib import Path
 import duckdb
 
 from store import live
-from store.readonly import QueryError, cut_short, explained, first_line, reads
+from store.readonly import (
+    QueryError,
+    cut_short,
+    explained,
+    first_line,
+    is_lock_error,
+    reads,
+)
 
 ARCHIVE = "archive.duckdb"
 _READ_ONLY = {"enable_external_access": False, "autoinstall_known_extensions": False,
@@ -51,7 +58,7 @@ def run_query(run_dir: str | Path, sql: str) -> tuple[list[str], list[tuple], st
     try:
         con = duckdb.connect(str(archive), read_only=True, config=_READ_ONLY)
     except duckdb.Error as exc:  # another process's lock, or this process's own writer
-        if "lock" not in str(exc).lower() and "same database file" not in str(exc):
+        if not is_lock_error(exc) and "same database file" not in str(exc):
             raise QueryError(f"cannot open {archive}: {first_line(exc)}") from None
         return _ask_holder(run_dir, sql, first_line(exc))
     note = None

@@ -73,6 +73,12 @@ def first_line(exc: Exception) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
+def is_lock_error(exc: BaseException) -> bool:
+    """Another process holds the file (or, in this process, another attachment of it)."""
+    text = str(exc)
+    return isinstance(exc, duckdb.Error) and ("Could not set lock" in text or "Unique file handle conflict" in text)
+
+
 def cut_short(con, path: Path) -> str | None:
     """Why the file at `path`, open on `con`, cannot hold what it records; None when it can.
 
