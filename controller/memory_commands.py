@@ -6,7 +6,6 @@ directory (a run's `memory.library` key overrides both for that run only).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from controller.cli import UserError
 from store.library import Library, LibraryError, default_path
@@ -34,6 +33,7 @@ def _warm_text(value) -> str:
 def cmd_runs(args) -> int:
     from controller.read_commands import print_rows
     from store import library_records as records
+    from store.library_query import holds_archive
 
     rows = _read(lambda con: records.runs(con, args.domain))
     cols = ["run_id", "status", "domain", "fingerprint", "evaluations", "best search score", "warm start from",
@@ -41,19 +41,12 @@ def cmd_runs(args) -> int:
     table = [(r["run_id"], r["status"], r["domain"], r["fingerprint"], r["evaluations"],
               None if r["best_search_score"] is None else f"{r['best_search_score']:.5g}",
               _warm_text(r["warm_start"]), r["run_dir"], str(r["started_at"])[:19]) for r in rows]
-    gone = sum(not _holds_archive(r["run_dir"]) for r in rows)
+    gone = sum(not holds_archive(r["run_dir"]) for r in rows)
     note = (f"the library {default_path()} knows no runs yet" if not rows else
             f"{gone} of these {len(rows)} runs' directories no longer hold their archive.duckdb (moved or deleted); "
             "`atoll query --library` leaves them out" if gone else None)
     print_rows(cols, table, note, args.json)
     return 0
-
-
-def _holds_archive(run_dir: str) -> bool:
-    try:
-        return (Path(run_dir) / "archive.duckdb").is_file()
-    except OSError:  # a folder above it this user may not search
-        return False
 
 
 def cmd_skills(args) -> int:

@@ -76,7 +76,7 @@ def _attach_archives(con, run_dirs: list[str]) -> list[str]:
                                    for view, table in ARCHIVE_TABLES.items()}
     notes, gone = [], []
     for i, run_dir in enumerate(run_dirs):
-        if not (Path(run_dir) / ARCHIVE).is_file():  # a run directory deleted or moved since
+        if not holds_archive(run_dir):  # a run directory deleted or moved since
             gone.append(run_dir)
             continue
         alias, note = f"run_{i}", None
@@ -94,6 +94,14 @@ def _attach_archives(con, run_dirs: list[str]) -> list[str]:
         shown = ", ".join(gone[:3]) + (f" and {len(gone) - 3} more" if len(gone) > 3 else "")
         notes.insert(0, f"skipped {len(gone)} run(s) whose {ARCHIVE} is no longer there: {shown}")
     return notes
+
+
+def holds_archive(run_dir: str) -> bool:
+    """Whether the run directory the library names still holds its archive."""
+    try:
+        return (Path(run_dir) / ARCHIVE).is_file()
+    except OSError:  # a folder above it this user may not search
+        return False
 
 
 def _attach_one(con, alias: str, run_dir: Path) -> tuple[bool, str | None]:
