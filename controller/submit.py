@@ -17,7 +17,6 @@ in RAY_AUTH_TOKEN, in the file RAY_AUTH_TOKEN_PATH names, or in ~/.ray/auth_toke
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import os
 import shlex
 import shutil
@@ -35,6 +34,7 @@ DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 EXCLUDES = [".git", "runs", "*.duckdb", "*.duckdb.wal", "__pycache__", ".pytest_cache", ".mypy_cache",
             ".ruff_cache", "*.egg-info", ".venv", "venv", ".cache"]
 METADATA_KEY = "atoll_run_dir"
+NOT_SENT = shutil.ignore_patterns(*EXCLUDES)  # (folder, names) -> the names left out, as copytree asks
 
 
 def project_root() -> Path:
@@ -162,7 +162,7 @@ def working_dir(config_path: Path | None, domain_path: str | None):
         for name in PACKAGES:
             shutil.copytree(project_root() / name, stage / name, ignore=shutil.ignore_patterns("__pycache__"))
         if folder is not None:
-            shutil.copytree(folder, stage / "job", ignore=shutil.ignore_patterns(*EXCLUDES))
+            shutil.copytree(folder, stage / "job", ignore=NOT_SENT)
         yield stage, f"job/{config_path.name}" if config_path is not None else None
 
 
@@ -175,11 +175,10 @@ def _folder_size(folder: Path, enough: int) -> int:
     (a config in one's home folder would otherwise walk all of it)."""
     total = 0
     for base, dirs, files in os.walk(folder):
-        dirs[:] = [d for d in dirs if not any(fnmatch.fnmatch(d, pattern) for pattern in EXCLUDES)]
-        for name in files:
-            if not any(fnmatch.fnmatch(name, pattern) for pattern in EXCLUDES):
-                with contextlib.suppress(OSError):
-                    total += os.lstat(os.path.join(base, name)).st_size
+        dirs[:] = [d for d in dirs if d not in NOT_SENT(base, dirs)]
+        for name in set(files) - NOT_SENT(base, files):
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(base, name)).st_size
             if total > enough:
                 return total
     return total
