@@ -26,7 +26,7 @@ import duckdb
 import platformdirs
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
 
-from store.readonly import is_lock_error
+from store.readonly import first_line, is_lock_error
 
 ENV = "ATOLL_LIBRARY"
 SCHEMA_DIR = Path(__file__).with_name("library_schema")
@@ -65,11 +65,6 @@ def _is_damage(exc: BaseException) -> bool:
     return isinstance(exc, duckdb.IOException) or "corrupt" in text or "checksum" in text
 
 
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
-
-
 class Library:
     """The shared library file; see the module docstring for the rules every call keeps."""
 
@@ -100,9 +95,9 @@ class Library:
         except duckdb.Error as exc:
             if is_lock_error(exc):
                 raise LibraryBusy(f"the library {self.path} stayed busy for {patience:g} s: "
-                                  f"{_first_line(exc)}") from None
+                                  f"{first_line(exc)}") from None
             if _is_damage(exc):
-                raise LibraryError(f"cannot read the library {self.path}: {_first_line(exc)}; {_FRESH}") from None
+                raise LibraryError(f"cannot read the library {self.path}: {first_line(exc)}; {_FRESH}") from None
             raise
 
     def ensure(self) -> int:
@@ -139,7 +134,7 @@ class Library:
         except duckdb.Error as exc:
             if is_lock_error(exc) or _is_damage(exc):
                 raise  # retried, then reported by `transaction`
-            raise LibraryError(f"cannot read the library {self.path}: {_first_line(exc)}; {_FRESH}") from None
+            raise LibraryError(f"cannot read the library {self.path}: {first_line(exc)}; {_FRESH}") from None
 
     def _version(self, con) -> int:
         tables = {name for (name,) in con.execute(
