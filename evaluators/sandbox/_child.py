@@ -9,6 +9,7 @@ request carries, so whatever the candidate patches here only changes its own
 answers. This file imports nothing from Atoll but its two neighbours, by file.
 """
 import json
+import linecache
 import os
 import random
 import resource
@@ -28,6 +29,7 @@ for _name in ("math", "random", "itertools", "functools", "collections", "statis
               "heapq", "bisect", "operator", "typing", "dataclasses", "numpy"):
     __import__(_name)
 
+CANDIDATE = "<candidate>"  # the file name its code is compiled under
 ROOT = "/tmp"  # where the fork server builds the candidates' root (in its own mount namespace), then moves in
 NAMESPACED = ("no-network", "own-ipc", "own-pids", "private-filesystem")
 
@@ -56,13 +58,20 @@ class Channel:
 
 
 def _error(exc):
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    """The candidate's exception as a traceback from its own first frame: this file's frames
+    (serve, answer, load) say nothing to the one who reads it, a person or an LLM's prompt."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    text = "".join(traceback.format_exception(type(exc), exc, tb))
     return {"error": text[-2000:]}
 
 
 def load(code, entry):
     module = {"__name__": "candidate", "__builtins__": __builtins__}
-    exec(compile(code, "<candidate>", "exec"), module)
+    # the traceback of a failure shows the candidate's own lines, as it would a file's
+    linecache.cache[CANDIDATE] = (len(code), None, code.splitlines(True), CANDIDATE)
+    exec(compile(code, CANDIDATE, "exec"), module)
     fn = module.get(entry)
     if not callable(fn):
         raise TypeError(f"the program defines no function named {entry!r}")

@@ -103,7 +103,8 @@ def test_a_candidate_can_write_none_of_the_area_and_its_states_stay_true():
             assert all(np.array_equal(a, b) for a, b in zip(got, _expected(t)))
         with pytest.raises(CandidateError) as caught:
             proc(_batches(3))
-    report = json.loads(caught.value.reason.split("REPORT", 1)[1].splitlines()[0])
+    # the report is the exception's message, the traceback's last line (its source line above it also names REPORT)
+    report = json.loads(caught.value.reason.rsplit("REPORT", 1)[1].splitlines()[0])
     assert report["perms"] == "r--s"  # shared, read-only
     assert report["mprotect"] == [-1, 13]  # EACCES: the mapping may never become writable
     assert report["madvise remove"] == [-1, 13]
