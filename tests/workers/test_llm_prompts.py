@@ -100,3 +100,24 @@ def test_library_skills_and_a_prompt_variant_reach_the_edit_prompt():
     assert "## Task\nMake one small change to the ordering rule. Answer with the whole new program" in text
     assert "Change the program to raise its score." not in text
     assert "Edits that helped" not in diagnosis_prompt(_input(skills=skills)).messages[1]["content"]
+
+
+LONG_TRACEBACK = ("the policy raised:\nTraceback (most recent call last):\n"
+                  + "".join(f'  File "<candidate>", line {i}, in step{i}\n    return step{i + 1}(x)\n'
+                            for i in range(40))
+                  + "IndexError: index 284 is out of bounds for axis 1 with size 260\n")
+
+
+def test_a_long_failure_keeps_how_it_failed_and_the_error_itself():
+    """A traceback longer than a prompt holds keeps its first line and its end (the error),
+    in the parent's feedback and in the list of recent failures, not its first frames."""
+    failed = {"split": "search", "status": "FAILED", "score": None, "error": LONG_TRACEBACK}
+    prompt = edit_prompt(_input(feedback=from_result(failed, CODE),
+                                failures=(("FAILED", LONG_TRACEBACK), ("INVALID", "unparseable: no code block"))))
+    parts = dict(prompt.parts)
+    for part in (parts["parent"], parts["failures"]):
+        assert "the policy raised:\n[" in part and "characters cut]\n" in part
+        assert "IndexError: index 284 is out of bounds for axis 1 with size 260" in part
+        assert "step0(x)" not in part and "step39(x)" in part
+    assert "- INVALID: unparseable: no code block" in parts["failures"]
+    assert len(parts["failures"]) < 1000 and len(LONG_TRACEBACK) > 2000

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 from evaluators.params import ProgramFormatError, read_params
 
+REASON_CHARS = 600  # a failure reason's length in a prompt: its parent's and each recent failure's
+
 
 @dataclass(frozen=True)
 class Feedback:
@@ -35,9 +37,23 @@ def from_result(result: dict, code: str, worst: int = 3) -> Feedback:
     status = getattr(result["status"], "value", result["status"])
     metrics = result.get("metrics") or {}
     named = _named_instances(metrics, tuple(result.get("instance_scores") or ()))
-    return Feedback(status=status, score=_number(result.get("score")), error=(result.get("error") or "")[:600],
+    return Feedback(status=status, score=_number(result.get("score")), error=clip_reason(result.get("error") or ""),
                     metrics=tuple((k, _fmt(v)) for k, v in metrics.items() if _scalar(v))[:12],
                     instances=tuple(named)[:24], worst=_worst(named, metrics, worst), params=_params(code))
+
+
+def clip_reason(text: str, limit: int = REASON_CHARS) -> str:
+    """A failure reason cut to about `limit` characters for a prompt: its first line (how the
+    program failed) and its end (a traceback's last frames and the exception itself), which
+    say most; cutting the end off would keep the frames and lose the error."""
+    text = text.rstrip()
+    if len(text) <= limit:
+        return text
+    head = text.partition("\n")[0][:limit // 4]
+    tail = text[len(text) - (limit - len(head)):]
+    if "\n" in tail[:-1]:  # from a whole line
+        tail = tail[tail.index("\n") + 1:]
+    return f"{head}\n[{len(text) - len(head) - len(tail)} characters cut]\n{tail}"
 
 
 def _named_instances(metrics: dict, scores: tuple) -> list[tuple[str, float]]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import jinja2
 
-from workers.llm.feedback import Feedback
+from workers.llm.feedback import Feedback, clip_reason
 
 TEMPLATES = Path(__file__).with_name("templates")
 DEFAULT_INSTRUCTION = "Change the program to raise its score."  # the task's instruction, the first prompt variant
@@ -64,13 +64,17 @@ def _code(code: str, limit: int) -> str:
     return code if len(code) <= limit else code[:limit] + "\n# ... (cut)\n"
 
 
+def _failures(p: PromptInput) -> str:
+    return _render("failures.j2", failures=[(outcome, clip_reason(reason)) for outcome, reason in p.failures])
+
+
 def _user_parts(p: PromptInput, diagnosis: str) -> list[tuple[str, str]]:
     parts = [("parent", _render("parent.j2", p=p, code=_code(p.parent_code, p.max_code_chars), fb=p.feedback))]
     if p.inspirations:
         shown = [(_code(code, p.max_code_chars), score) for code, score in p.inspirations]
         parts.append(("inspirations", _render("inspirations.j2", inspirations=shown)))
     if p.failures:
-        parts.append(("failures", _render("failures.j2", failures=p.failures)))
+        parts.append(("failures", _failures(p)))
     if p.skills:
         parts.append(("skills", _render("skills.j2", skills=p.skills)))
     if diagnosis:
@@ -92,7 +96,7 @@ def diagnosis_prompt(p: PromptInput) -> Prompt:
     system = ("system", _render("system.j2", p=p))
     user = [("parent", _render("parent.j2", p=p, code=_code(p.parent_code, p.max_code_chars), fb=p.feedback))]
     if p.failures:
-        user.append(("failures", _render("failures.j2", failures=p.failures)))
+        user.append(("failures", _failures(p)))
     user.append(("task", _render("task_diagnose.j2", p=p)))
     return Prompt((system, *user), ({"role": "system", "content": system[1]},
                                     {"role": "user", "content": "".join(t for _, t in user)}))
