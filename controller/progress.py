@@ -69,7 +69,8 @@ class Progress:
             best = "-" if f["best"] is None else f"{f['best']:.4f}"
             unmade = f"  no child {f['unmade']}" if f["unmade"] else ""
             print(f"[atoll] {f['evals']}/{self.max_evals} evals  {f['rate']:.2f}/s  best {best}  "
-                  f"failures {f['failure_rate']:.0%}  raced {f['raced']}  duplicates {f['duplicates']}{unmade}  "
+                  f"in flight {f['in_flight']}  failures {f['failure_rate']:.0%}  raced {f['raced']}  "
+                  f"duplicates {f['duplicates']}{unmade}  "
                   f"elapsed {f['elapsed']:.0f}s  left {f['left_s']:.0f}s", file=sys.stderr, flush=True)
 
     def _stalled(self, f: dict) -> None:
