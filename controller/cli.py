@@ -63,11 +63,16 @@ class UserError(Exception):
     """Bad input from the user: printed as one line, exit status 2."""
 
 
+def _command(sub, name: str, text: str, **options) -> argparse.ArgumentParser:
+    """A command whose own --help opens with what the command list says of it."""
+    return sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".", **options)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="atoll", description="Evolve policy programs on a Ray cluster.",
                                      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    run = sub.add_parser("run", help="start a new search from a config file")
+    run = _command(sub, "run", "start a new search from a config file")
     run.add_argument("config", help="TOML config, e.g. configs/inventory.toml")
     run.add_argument("--run-dir", help="where the archive goes (default runs/NAME-TIMESTAMP)")
     run.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
@@ -76,9 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-evals", type=int, help="shorthand for --set run.max_evals=N")
     for name, text in (("resume", "continue a stopped or crashed run"), ("status", "show a run's state"),
                        ("best", "show the best program and its held-out metrics")):
-        p = sub.add_parser(name, help=text)
+        p = _command(sub, name, text)
         p.add_argument("run_dir", help="a run directory (holds archive.duckdb)")
-    report = sub.add_parser("report", help="print a finished run's held-out table again (scores only what the "
+    sub.choices["best"].add_argument("--out", metavar="FILE", help="also write the program to FILE, ready to "
+                                                                    "import or to run with the domain's simulator")
+    report = _command(sub, "report", "print a finished run's held-out table again (scores only what the "
                                            "archive lacks, e.g. after a report was stopped)")
     report.add_argument("run_dir", help="a run directory (holds archive.duckdb)")
     report.add_argument("--ray-address", help="join this Ray cluster (default: RAY_ADDRESS, else start a local Ray)")
@@ -87,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     for p in (run, sub.choices["resume"]):
         p.add_argument("--ray-address", help="join this Ray cluster (default: RAY_ADDRESS, else start a local Ray)")
         p.add_argument("--no-report", action="store_true", help="skip the held-out table at the end")
-    query = sub.add_parser("query", help="run read-only SQL on a run's archive (also while it is live), "
+    query = _command(sub, "query", "run read-only SQL on a run's archive (also while it is live), "
                                          "or with --library across every run the library knows",
                            epilog=QUERY_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     query.add_argument("run_dir", nargs="?", help="a run directory (not with --library)")
@@ -95,20 +102,20 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--json", action="store_true", help="print rows as JSON lines")
     query.add_argument("--library", action="store_true", help="query the library: runs, skills, elites, and "
                        "all_programs, all_evaluations, all_events, best_per_run over every known run")
-    runs = sub.add_parser("runs", help="list the runs the library knows")
-    skills = sub.add_parser("skills", help="list the library's skills with their efficacy, or retire one")
+    runs = _command(sub, "runs", "list the runs the library knows")
+    skills = _command(sub, "skills", "list the library's skills with their efficacy, or retire one")
     for p in (runs, skills):
         p.add_argument("--domain", help="only this domain")
         p.add_argument("--json", action="store_true", help="print rows as JSON lines")
     skills.add_argument("--retire", metavar="SKILL_ID", help="retire a skill: kept, never retrieved again")
     skills.add_argument("--all", action="store_true", help="include retired skills")
-    base = sub.add_parser("baselines", help="score the domain's baselines on the held-out split")
+    base = _command(sub, "baselines", "score the domain's baselines on the held-out split")
     base.add_argument("config")
     base.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
-    new = sub.add_parser("new-domain", help="write a working example domain of your own (a file, a config, a test)")
+    new = _command(sub, "new-domain", "write a working example domain of your own (a file, a config, a test)")
     new.add_argument("name", help="the domain's name: lowercase letters, digits, underscores")
     new.add_argument("--dir", help="where to write it (default ./NAME)")
-    check = sub.add_parser("check", help="check that a config's domain keeps the contract (real sandbox, no Ray)")
+    check = _command(sub, "check", "check that a config's domain keeps the contract (real sandbox, no Ray)")
     check.add_argument("config", help="TOML config naming the domain, e.g. pricing/pricing.toml")
     check.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     _control_parsers(sub)
@@ -123,7 +130,7 @@ def _control_parsers(sub) -> None:
                        ("continue", "continue a paused run"),
                        ("stop", "stop a live run as Ctrl-C does (everything finished is committed; resumable)"),
                        ("set", "change a live run's budget, e.g. run.max_evals=500")):
-        p = sub.add_parser(name, help=text)
+        p = _command(sub, name, text)
         p.add_argument("run_dir", help="a live run's directory")
         if name == "set":
             p.add_argument("assignments", nargs="+", metavar="KEY=VALUE",
@@ -138,7 +145,7 @@ def _add_cluster_commands(sub) -> None:
     """`atoll submit` and `atoll jobs`: searches as Ray jobs on a cluster (controller/submit.py)."""
     address = ("the cluster's job server (its dashboard), default RAY_API_SERVER_ADDRESS, else "
                "http://127.0.0.1:8265")
-    submit = sub.add_parser("submit", help="submit a search (or its resume) to a Ray cluster as a Ray job")
+    submit = _command(sub, "submit", "submit a search (or its resume) to a Ray cluster as a Ray job")
     submit.add_argument("config", nargs="?", help="TOML config inside the project folder (it travels as the "
                                                   "job's working directory)")
     submit.add_argument("--resume", metavar="RUN_DIR", help="submit `atoll resume RUN_DIR` instead (a run "
@@ -154,7 +161,7 @@ def _add_cluster_commands(sub) -> None:
     submit.add_argument("--no-report", action="store_true", help="skip the held-out table at the end")
     submit.add_argument("--wait", action="store_true", help="print the job's output until it ends; exit 0 "
                                                             "if it succeeded")
-    jobs = sub.add_parser("jobs", help="list the Atoll jobs of a Ray cluster with their run directories")
+    jobs = _command(sub, "jobs", "list the Atoll jobs of a Ray cluster with their run directories")
     jobs.add_argument("--address", help=address)
 
 

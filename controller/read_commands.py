@@ -115,4 +115,11 @@ def cmd_best(args) -> int:
         print(json.dumps({k: v for k, v in json.loads(metrics).items() if not isinstance(v, list)}, indent=1))
     if note:
         print(note, file=sys.stderr)
+    if getattr(args, "out", None):
+        out = Path(args.out)
+        try:
+            out.write_text(code if code.endswith("\n") else code + "\n")
+        except OSError as exc:
+            raise UserError(f"cannot write the program to {out}: {exc.strerror or exc}") from None
+        print(f"program {pid} written to {out}", file=sys.stderr)
     return 0

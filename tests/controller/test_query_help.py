@@ -33,3 +33,13 @@ def test_the_help_names_every_table_and_view_and_its_examples_run(tmp_path, atol
         assert run_path == "runs/x"
         out = atoll_cli("query", str(run_dir), sql.replace("PROGRAM_ID", "p1"), "--json")
         assert out.stdout.strip(), sql  # each example answers with rows on a real archive
+
+
+def test_every_command_s_own_help_says_what_it_does():
+    """`atoll best --help` and the like open with the line the command list gives them."""
+    from controller.cli import build_parser
+
+    commands = next(a for a in build_parser()._actions if a.dest == "command")
+    for entry in commands._choices_actions:
+        text = commands.choices[entry.dest].format_help()
+        assert entry.help[1:].split()[0] in text.split("\n\n")[1], (entry.dest, text[:300])

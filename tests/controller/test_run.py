@@ -35,8 +35,12 @@ def test_run_then_best_status_and_query(atoll_cli, tmp_path):
     assert "held-out" in out.stdout and "optimized base-stock" in out.stdout
     assert "sandbox: no-network, " in out.stdout and "private-filesystem" in out.stdout
     assert _counts(run_dir) == (10, 10)
-    best = atoll_cli("best", str(run_dir))
+    assert "[atoll] 0/10 evals  0.00/s  best -  in flight " in out.stderr  # a log's progress line says what runs
+    best = atoll_cli("best", str(run_dir), "--out", str(tmp_path / "best.py"))
     assert "def policy" in best.stdout and "held-out score" in best.stdout
+    written = (tmp_path / "best.py").read_text()
+    assert written in best.stdout and "def policy" in written and "held-out" not in written
+    compile(written, "best.py", "exec")  # the program alone, not the lines around it
     status = atoll_cli("status", str(run_dir))
     assert "completed" in status.stdout and "no-network" in status.stdout
     assert "seccomp" in run_query(run_dir, "SELECT protections FROM runs")[1][0][0]
