@@ -22,6 +22,7 @@ import shlex
 import shutil
 import tempfile
 import time
+import tomllib
 import uuid
 from pathlib import Path, PurePosixPath
 
@@ -131,6 +132,44 @@ def checkout() -> Path | None:
     """Atoll's source checkout, when it runs from one (pyproject.toml beside its packages); None when installed."""
     root = project_root()
     return root if (root / "pyproject.toml").is_file() else None
+
+
+def travelling_folder(config_path: Path) -> Path:
+    """The folder of this machine that travels to the cluster with a job of `config_path` (see working_dir)."""
+    root = checkout()
+    return root if root is not None and _inside(config_path, root) else config_path.resolve().parent
+
+
+def data_files(config_path: Path, overrides: list[str], config) -> list[tuple[str, str, Path]]:
+    """(option, its path as written, as resolved here) for each data file the domain's options name."""
+    from controller.config import apply_overrides
+
+    written = apply_overrides(tomllib.loads(config_path.read_text()), list(overrides)).get("domain", {}).get(
+        "options", {})
+    found = []
+    for key, value in config.domain.options.items():
+        if isinstance(value, dict) and {"path", "sha256"} <= set(value):  # pinned by evaluators.userdata
+            raw = written.get(key)
+            found.append((key, str(raw.get("path") if isinstance(raw, dict) else raw), Path(value["path"])))
+    return found
+
+
+def check_data(config_path: Path, files: list[tuple[str, str, Path]]) -> list[str]:
+    """Refuse a data file outside the travelling folder named by a relative path (on the cluster it
+    would resolve inside the job's copy of that folder, and not be there); for one named by an
+    absolute path, a note: the job reads it at that path on the driver's node."""
+    folder, notes = travelling_folder(config_path), []
+    for key, raw, path in files:
+        if _inside(path, folder):
+            continue
+        if not Path(raw).expanduser().is_absolute():
+            raise UserError(f"domain.options.{key} = {raw!r} lies outside {folder}, the folder that travels to the "
+                            f"cluster with the job, where the path would lead nowhere; put the file in that folder, "
+                            f"or name it by an absolute path that the cluster's driver node holds")
+        notes.append(f"note: domain.options.{key} ({path}) lies outside the folder that travels with the job; "
+                     f"the job reads it at that path on the driver's node, which must hold the same content "
+                     f"(the run pins its sha256 and refuses any other)")
+    return notes
 
 
 @contextlib.contextmanager
@@ -293,10 +332,13 @@ def cmd_submit(args) -> int:
         raise UserError("submit: give a CONFIG to start a run, or --resume RUN_DIR to continue one (not both)")
     args.set = list(args.set) + ([f"run.max_evals={args.max_evals}"] if args.max_evals is not None else [])
     config = None if args.resume else load_config(args.config, args.set)[0]  # a bad config stops here
+    notes = [] if args.resume else check_data(Path(args.config), data_files(Path(args.config), args.set, config))
     address = address_of(args.address)
     ray_cli = ray_command()
     quiet_packaging()
     job_id, run_dir = submit(args, config)
+    for note in notes:
+        console.print(note, soft_wrap=True)
     console.print(f"atoll submitted job {job_id} to {address}; its run directory on the driver's node: "
                   f"{run_dir}", soft_wrap=True)
     console.print(f"  follow it:   {ray_cli} job logs -f {job_id} --address {address}\n"

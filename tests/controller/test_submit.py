@@ -228,3 +228,45 @@ def test_an_installed_atoll_sends_its_packages_and_the_configs_folder(tmp_path, 
     assert not folder.exists()
     with submit.working_dir(None, None) as (folder, config):  # a resume: Atoll's packages only
         assert config is None and sorted(p.name for p in folder.iterdir()) == sorted(submit.PACKAGES)
+
+
+def _inventory_on_own_data(folder: Path, demand: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    config = folder / "inv.toml"
+    config.write_text((ROOT / "configs" / "inventory.toml").read_text()
+                      + f'\n[domain.options]\ndemand_history = {{ path = "{demand}", lead_times = [1, 2] }}\n')
+    return config
+
+
+def test_a_data_file_named_by_a_relative_path_outside_the_travelling_folder_is_refused(tmp_path):
+    """On the cluster the relative path would resolve inside the job's copy of the config's folder and find
+    nothing: refused before anything is sent, in one line."""
+    from tests.userdata_files import write_demand
+
+    write_demand(tmp_path / "demand.csv")
+    config = _inventory_on_own_data(tmp_path / "mine", "../demand.csv")
+    out = atoll(tmp_path, "submit", config, "--address", "http://127.0.0.1:9", timeout=60)
+    assert out.returncode == 2 and out.stderr.strip().count("\n") == 0, out.stderr
+    assert "domain.options.demand_history = '../demand.csv' lies outside" in out.stderr and "put the file in that " \
+        "folder, or name it by an absolute path" in out.stderr
+
+
+def test_a_data_file_beside_the_config_travels_and_one_named_by_an_absolute_path_is_noted(tmp_path):
+    from controller.config import load_config
+    from controller.submit import check_data, data_files
+    from tests.userdata_files import write_demand
+
+    (tmp_path / "mine" / "data").mkdir(parents=True)
+    write_demand(tmp_path / "mine" / "data" / "demand.csv")
+    beside = _inventory_on_own_data(tmp_path / "mine", "data/demand.csv")
+    files = data_files(beside, [], load_config(beside)[0])
+    assert files == [("demand_history", "data/demand.csv", (tmp_path / "mine" / "data" / "demand.csv").resolve())]
+    assert check_data(beside, files) == []
+    (tmp_path / "shared").mkdir()
+    shared = write_demand(tmp_path / "shared" / "demand.csv")
+    elsewhere = _inventory_on_own_data(tmp_path / "other", str(shared))
+    notes = check_data(elsewhere, data_files(elsewhere, [], load_config(elsewhere)[0]))
+    assert len(notes) == 1 and f"domain.options.demand_history ({shared.resolve()}) lies outside" in notes[0]
+    moved = data_files(elsewhere, ["domain.options.demand_history.path=../mine/data/demand.csv"],
+                       load_config(elsewhere, ["domain.options.demand_history.path=../mine/data/demand.csv"])[0])
+    assert moved[0][1] == "../mine/data/demand.csv"  # --set counts as written
