@@ -205,6 +205,12 @@ class Search(EvaluatorPool, Outcomes, LostActors):
                         # out of wall time: submit nothing more, let what runs finish and commit
                         drain_until = now + self.config.evaluator.sandbox.wall_s + 5
                         status = "wall-time" if self._budget_left() > 0 else status
+                        if self.pending:
+                            self.notices.append(
+                                f"atoll: run.max_wall_s ({self.config.run.max_wall_s:g} s) is spent: nothing new is "
+                                f"started; the {len(self.pending)} job(s) in flight finish within "
+                                f"{drain_until - now:.0f} s and are committed (Ctrl-C stops now, keeping what "
+                                "finished).")
                     self._fill(searching)
                     waiting = self.helm.paused or (searching and self.proposals.resting())
                     if self._finished(searching) and not (waiting and self._budget_left() > 0):

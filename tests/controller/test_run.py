@@ -1,5 +1,6 @@
 """The real entry point as a subprocess, with a tiny budget (real Ray, DuckDB, sandbox)."""
 import json
+import re
 import os
 import signal
 import subprocess
@@ -11,6 +12,7 @@ import pytest
 
 from store.query import QueryError, run_query
 from tests.controller.test_run_secrets import assert_secrets_drawn_stored_and_used, rescored_exactly
+from tests.controller.runs import atoll as run_cli
 from tests.tiny import TINY_INVENTORY
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -151,3 +153,17 @@ def test_a_search_whose_mutators_ran_out_of_new_programs_says_so(atoll_cli, tmp_
     [(kind, in_a_row)] = run_query(run_dir, "SELECT kind, json_extract(data, '$.duplicates_in_a_row')::INT "
                                             "FROM events WHERE kind = 'mutators-stalled'")[1]
     assert in_a_row >= 1000  # kept in the archive too, and shown by `atoll watch`
+
+
+def test_at_its_wall_time_a_run_says_it_waits_for_what_is_in_flight(tmp_path):
+    """Out of wall time with an evaluation still running (a MILP one lasts a minute): one line says that
+    nothing new starts, how long the jobs in flight may take, and that Ctrl-C stops at once."""
+    run_dir = tmp_path / "run"
+    out = run_cli(tmp_path, "run", ROOT / "benchmarks" / "fixed_cost.toml", "--run-dir", run_dir, "--set",
+                  "domain.options.cost_s=3", "--set", "run.max_wall_s=1", "--set", "evaluator.actors=1",
+                  "--no-report", timeout=240)
+    assert out.returncode == 0 and "search wall-time" in out.stdout, out.stdout + out.stderr
+    said = [line for line in out.stderr.splitlines() if "run.max_wall_s (1 s) is spent" in line]
+    assert len(said) == 1, out.stderr
+    assert re.search(r"the 1 job\(s\) in flight finish within 3\d s and are committed \(Ctrl-C stops now", said[0])
+    assert _counts(run_dir)[0] >= 1  # the one in flight was committed
