@@ -27,13 +27,22 @@ FROM m LEFT JOIN best USING (source) GROUP BY m.source ORDER BY m.source
 DEDUP_SQL = ("SELECT coalesce(json_extract_string(data, '$.by'), 'exact') AS rule, count(*) AS dropped "
              "FROM events WHERE run_id = '{run}' AND kind = 'duplicate' GROUP BY 1 ORDER BY 1")
 
+# The last line of a failure says what went wrong (a traceback's exception, a limit, a bad action):
+# the most common ones, so a run whose children mostly fail says why without a query.
+FAILURES_SQL = ("SELECT status, count(*) AS evaluations, "
+                "left(string_split(rtrim(coalesce(error, ''), chr(10) || ' '), chr(10))[-1], 160) AS reason "
+                "FROM evaluations WHERE run_id = '{run}' AND split = 'search' AND status IN ('FAILED', 'TIMEOUT', "
+                "'INVALID') GROUP BY ALL ORDER BY evaluations DESC, status, reason LIMIT 6")
+
 
 def queries(run_id: str) -> list[tuple[str, str]]:
     """(title, SQL) of the summary's tables for `run_id` (run ids are Atoll's own, never user text)."""
     run = run_id.replace("'", "''")
     return [("LLM calls by model", CALLS_SQL.format(run=run)),
             ("children by source (search split)", SOURCES_SQL.format(run=run)),
-            ("duplicates dropped before evaluation", DEDUP_SQL.format(run=run))]
+            ("duplicates dropped before evaluation", DEDUP_SQL.format(run=run)),
+            ("failed search evaluations: the most common reasons (each one's last line)",
+             FAILURES_SQL.format(run=run))]
 
 
 def print_summary(console, fetch, run_id: str) -> None:

@@ -1,0 +1,29 @@
+"""`atoll status` (and a run's end) says why its children fail: the most common last lines of their errors."""
+from store.duckdb_archive import DuckDBArchive
+from store.records import Candidate, EvalResult, Status
+
+TRACEBACK = ("the policy raised:\nTraceback (most recent call last):\n  File \"<candidate>\", line 8, in policy\n"
+             "    return close[:, idx]\nIndexError: index 284 is out of bounds for axis 1 with size 260\n")
+
+
+def test_status_lists_the_most_common_failure_reasons_by_their_last_line(tmp_path, atoll_cli):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    results = [(Status.OK, None), *[(Status.FAILED, TRACEBACK)] * 3,
+               (Status.TIMEOUT, "CPU-time limit of 30 s exceeded"),
+               (Status.INVALID, "bar 1991-12-04: positions must be in [-1, 1], got -2.9"),
+               (Status.RACED, "stopped early: clearly worse than its parent")]
+    with DuckDBArchive(run_dir / "archive.duckdb") as archive:
+        archive.create_run("r1", {})
+        archive.record([(Candidate(f"p{i}", "r1", 0, i, ("p0",) if i else (), f"x = {i}", "embedded:perturb", 0.0),
+                         EvalResult(f"p{i}", "search", status, score=-1.0 if status == Status.OK else None,
+                                    error=error))
+                        for i, (status, error) in enumerate(results)])
+        archive.set_run_status("r1", "completed")
+    out = atoll_cli("status", str(run_dir)).stdout  # 80 columns: a long reason wraps onto the next rows
+    table = out.split("failed search evaluations: the most common reasons", 1)[1]
+    rows = [" ".join(line.strip("│ ").split()) for line in table.splitlines() if line.startswith("│")]
+    text = "\n".join(rows)
+    assert "FAILED │ 3 │ IndexError: index 284" in text, table
+    assert "TIMEOUT │ 1 │ CPU-time limit of 30 s exceeded" in text and "INVALID │ 1 │ bar 1991-12-04" in text
+    assert "RACED" not in table and "Traceback" not in table
