@@ -6,9 +6,10 @@ whose one-line message names the key and what is allowed.
 """
 from __future__ import annotations
 
+import difflib
 import tomllib
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -92,13 +93,43 @@ class AtollConfig(_Strict):
                                  "catalog, elites, skills, warm starts.")
 
 
-def _first_error(exc: ValidationError, prefix: str = "") -> str:
-    """`section.key: what is wrong`; a check across several keys of a section names the section."""
+def _first_error(exc: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> str:
+    """`section.key: what is wrong`; a check across several keys of a section names the section.
+    An unknown key of `model` (the validated one) comes with the known key it is closest to."""
     err = exc.errors()[0]
     key = prefix + ".".join(str(p) for p in err["loc"])
     msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden" and model is not None:
+        msg += _known_keys(model, err["loc"])
     more = len(exc.errors()) - 1
     return f"{key.rstrip('.') or '(top level)'}: {msg}" + (f" (and {more} more)" if more else "")
+
+
+def _known_keys(model: type[BaseModel], loc: tuple) -> str:
+    """' (did you mean X?)' for the key at `loc` of `model`, or the section's keys when none is close."""
+    models = [model]
+    for part in loc[:-1]:  # down to the section that holds the unknown key
+        if isinstance(part, int):
+            continue  # an entry of a list of tables
+        holding = [m for m in models if part in m.model_fields]
+        if holding:
+            models = _models_in(holding[0].model_fields[part].annotation)
+        else:  # a tagged union's tag (e.g. a model's backend): the tables it names
+            models = [m for m in models if any(part in get_args(f.annotation) for f in m.model_fields.values())]
+        if not models:
+            return ""
+    names = list(models[0].model_fields)
+    close = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.6)
+    if close:
+        return f" (did you mean {close[0]}?)"
+    return f"; its section knows {', '.join(names)}" if len(names) <= 24 else ""
+
+
+def _models_in(annotation) -> list[type[BaseModel]]:
+    """The pydantic models an annotation holds (itself, or inside a list, an optional or a union)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _models_in(arg)]
 
 
 def parse_override(item: str) -> tuple[list[str], object]:
@@ -160,7 +191,7 @@ def validate(tree: dict, folder: Path | None = None) -> AtollConfig:
     try:
         config = AtollConfig.model_validate(tree)
     except ValidationError as exc:
-        raise ConfigError(_first_error(exc)) from None
+        raise ConfigError(_first_error(exc, model=AtollConfig)) from None
     try:
         model = get_domain_class(config.domain).config_model
     except DomainLoadError as exc:
@@ -169,7 +200,7 @@ def validate(tree: dict, folder: Path | None = None) -> AtollConfig:
         options = model.model_validate(config.domain.options,
                                        context={"config_dir": str(folder) if folder else None})
     except ValidationError as exc:
-        message = _first_error(exc)  # "(top level): ..." for a rule across several options
+        message = _first_error(exc, model=model)  # "(top level): ..." for a rule across several options
         raise ConfigError("domain.options" + (message[len("(top level)"):] if message.startswith("(top level)")
                                               else "." + message)) from None
     _check_descriptors(config.islands, get_domain_class(config.domain))

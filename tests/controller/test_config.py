@@ -21,12 +21,16 @@ def test_shipped_config_loads():
 
 
 @pytest.mark.parametrize("text, needle", [
-    (BASE + "[islands]\ncuont = 3\n", "islands.cuont: unknown key"),
+    (BASE + "[islands]\ncuont = 3\n", "islands.cuont: unknown key (did you mean count?)"),
     (BASE.replace("10", '"ten"'), "run.max_evals"),
     (BASE.replace("10", "0"), "run.max_evals: Input should be greater than or equal to 1"),
     (BASE + "[evaluator.sandbox]\nwall_s = -1\n", "evaluator.sandbox.wall_s"),
     (BASE.replace('"inventory"', '"nope"'), "unknown domain 'nope'"),
-    (BASE + "[domain.options]\nbogus = 1\n", "domain.options.bogus: unknown key"),
+    (BASE + "[domain.options]\nbogus = 1\n", "domain.options.bogus: unknown key; its section knows "),
+    (BASE + "[domain.options]\ntune_trails = 1\n", "domain.options.tune_trails: unknown key (did you mean "
+                                                      "tune_trials?)"),
+    (BASE.replace("max_evals", "max_evls"), "run.max_evls: unknown key (did you mean max_evals?)"),
+    (BASE + "[run.extra]\nx = 1\n", "run.extra: unknown key; its section knows name, seed, "),
     ("[run\n", "not valid TOML"),
 ])
 def test_bad_config_names_the_key(tmp_path, text, needle):
@@ -71,3 +75,14 @@ def test_missing_file(tmp_path):
 def test_every_shipped_config_loads_with_its_domain_options(path):
     config, _ = load_config(path)  # validates the domain's options too
     assert config.run.max_wall_s and config.run.max_wall_s <= 900  # each main job fits in 15 minutes
+
+
+def test_an_unknown_key_in_one_model_of_a_list_names_that_model_s_keys():
+    """The list of models is a union tagged by backend: the keys offered are the entry's own backend's."""
+    local = str(Path(__file__).resolve().parents[2] / "configs" / "inventory_llm.toml")
+    with pytest.raises(ConfigError) as caught:
+        load_config(local, ["mutator.llm.models.0.treads=2"])
+    assert "mutator.llm.models.0.local.treads: unknown key (did you mean threads?)" in str(caught.value)
+    with pytest.raises(ConfigError) as caught:
+        load_config(local, ["mutator.llm.models.0.base_url=http://127.0.0.1:1/v1"])
+    assert "unknown key; its section knows name, " in str(caught.value) and "gguf" in str(caught.value)
