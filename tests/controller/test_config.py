@@ -27,8 +27,7 @@ def test_shipped_config_loads():
     (BASE + "[evaluator.sandbox]\nwall_s = -1\n", "evaluator.sandbox.wall_s"),
     (BASE.replace('"inventory"', '"nope"'), "unknown domain 'nope'"),
     (BASE + "[domain.options]\nbogus = 1\n", "domain.options.bogus: unknown key; its section knows "),
-    (BASE + "[domain.options]\ntune_trails = 1\n", "domain.options.tune_trails: unknown key (did you mean "
-                                                      "tune_trials?)"),
+    (BASE + "[domain.options]\ntune_trails = 1\n", "domain.options.tune_trails: unknown key (did you mean tune_trials?)"),
     (BASE.replace("max_evals", "max_evls"), "run.max_evls: unknown key (did you mean max_evals?)"),
     (BASE + "[run.extra]\nx = 1\n", "run.extra: unknown key; its section knows name, seed, "),
     ("[run\n", "not valid TOML"),
