@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import textwrap
 
 from controller.config import ConfigError
 
@@ -65,7 +66,8 @@ class UserError(Exception):
 
 def _command(sub, name: str, text: str, **options) -> argparse.ArgumentParser:
     """A command whose own --help opens with what the command list says of it."""
-    return sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".", **options)
+    sentence = textwrap.fill(text[0].upper() + text[1:] + ".", 79)  # a raw formatter (query's) keeps the breaks
+    return sub.add_parser(name, help=text, description=sentence, **options)
 
 
 def build_parser() -> argparse.ArgumentParser:
