@@ -28,11 +28,17 @@ DEDUP_SQL = ("SELECT coalesce(json_extract_string(data, '$.by'), 'exact') AS rul
              "FROM events WHERE run_id = '{run}' AND kind = 'duplicate' GROUP BY 1 ORDER BY 1")
 
 # The last line of a failure says what went wrong (a traceback's exception, a limit, a bad action):
-# the most common ones, so a run whose children mostly fail says why without a query.
-FAILURES_SQL = ("SELECT status, count(*) AS evaluations, "
-                "left(string_split(rtrim(coalesce(error, ''), chr(10) || ' '), chr(10))[-1], 160) AS reason "
-                "FROM evaluations WHERE run_id = '{run}' AND split = 'search' AND status IN ('FAILED', 'TIMEOUT', "
-                "'INVALID') GROUP BY ALL ORDER BY evaluations DESC, status, reason LIMIT 6")
+# the most common ones, so a run whose children mostly fail says why without a query. Lines that
+# differ only in their numbers ("orders must be >= 0, got -46.9") count as one, shown by one of them.
+FAILURES_SQL = """
+WITH f AS (
+    SELECT status, left(string_split(rtrim(coalesce(error, ''), chr(10) || ' '), chr(10))[-1], 160) AS line
+    FROM evaluations WHERE run_id = '{run}' AND split = 'search' AND status IN ('FAILED', 'TIMEOUT', 'INVALID')
+)
+SELECT status, count(*) AS evaluations, min(line) AS reason FROM f
+GROUP BY status, regexp_replace(line, '[-+]?[0-9]+([.][0-9]+)?([eE][-+]?[0-9]+)?', '#', 'g')
+ORDER BY evaluations DESC, status, reason LIMIT 6
+"""
 
 
 def queries(run_id: str) -> list[tuple[str, str]]:
@@ -41,7 +47,7 @@ def queries(run_id: str) -> list[tuple[str, str]]:
     return [("LLM calls by model", CALLS_SQL.format(run=run)),
             ("children by source (search split)", SOURCES_SQL.format(run=run)),
             ("duplicates dropped before evaluation", DEDUP_SQL.format(run=run)),
-            ("failed search evaluations: the most common reasons (each one's last line)",
+            ("failed search evaluations, the most common reasons",
              FAILURES_SQL.format(run=run))]
 
 
