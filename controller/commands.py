@@ -248,6 +248,9 @@ def _report(archive, run_id, domain, evaluators, run_dir, new_evaluator) -> int:
     try:
         heldout_report(archive, run_id, domain, evaluators, console, new_evaluator)
     except KeyboardInterrupt:
+        from controller.faults import stopping
+
+        stopping()
         console.print("held-out report stopped. The search is committed, and so is every held-out result "
                       f"that finished. Print the table (scoring only what is missing) with: atoll report {run_dir}",
                       soft_wrap=True)  # one line: the command must survive copy and paste

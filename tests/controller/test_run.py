@@ -1,7 +1,7 @@
 """The real entry point as a subprocess, with a tiny budget (real Ray, DuckDB, sandbox)."""
 import json
-import re
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from store.query import QueryError, run_query
-from tests.controller.test_run_secrets import assert_secrets_drawn_stored_and_used, rescored_exactly
 from tests.controller.runs import atoll as run_cli
+from tests.controller.test_run_secrets import assert_secrets_drawn_stored_and_used, rescored_exactly
 from tests.tiny import TINY_INVENTORY
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -167,3 +167,30 @@ def test_at_its_wall_time_a_run_says_it_waits_for_what_is_in_flight(tmp_path):
     assert len(said) == 1, out.stderr
     assert re.search(r"the 1 job\(s\) in flight finish within 3\d s and are committed \(Ctrl-C stops now", said[0])
     assert _counts(run_dir)[0] >= 1  # the one in flight was committed
+
+
+def test_a_second_ctrl_c_while_stopping_is_one_line_and_the_stop_completes(atoll_cli, tmp_path):
+    """Ctrl-C, then Ctrl-C again while the run commits and ends: the second one broke the library's write
+    off with DuckDB's 'Query interrupted' traceback (or Ray's shutdown with a KeyboardInterrupt one). Now it
+    is answered with one line, and the stop completes: archive and library both say interrupted."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "controller", "run", "configs/inventory.toml", "--run-dir",
+                             str(run_dir), "--max-evals", "400", "--no-report", *TINY], cwd=ROOT,
+                            env=_env(tmp_path), start_new_session=True, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        _wait_for_evaluations(run_dir, 6, proc)
+        os.killpg(proc.pid, signal.SIGINT)
+        for pause in (0.15, 0.4):  # the stop's commits and Ray's shutdown take seconds
+            time.sleep(pause)
+            os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert err.count("atoll: still stopping: committing what finished") == 1, err
+    assert f"stopped; everything finished is committed. Continue with: atoll resume {run_dir}" in out
+    assert "interrupted" in atoll_cli("status", str(run_dir)).stdout
+    runs = [json.loads(line) for line in atoll_cli("runs", "--json").stdout.splitlines()]
+    assert [r["status"] for r in runs if str(run_dir) in json.dumps(r)] == ["interrupted"], runs
