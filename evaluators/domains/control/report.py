@@ -51,6 +51,11 @@ def _notes(config, results: dict, reference: dict) -> list[str]:
                      "(known figure about 233 on the public seeds 1000-1099).")
     trials = reference.get("trials")
     if trials and "evolved best" in results:
-        notes.append(f"evolved best: the best of {trials.get('count', '?')} programs by search score "
-                     "(selection on the search seeds only).")
+        count = trials.get("count")
+        notes.append(f"evolved best: the best of {count if count is not None else '?'} programs by search score "
+                     "(selection on the search seeds only)."
+                     + (f" Their budgets differ: the search evaluated {count} programs, the linear baseline had "
+                        f"{config.linear_trials} CMA-ES trials (domain.options.linear_trials is meant to equal "
+                        "run.max_evals)." if count and abs(count - config.linear_trials) > 0.1 * config.linear_trials
+                        else ""))
     return notes

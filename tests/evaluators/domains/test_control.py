@@ -189,3 +189,15 @@ def test_pendulum_motifs_compose_into_a_swing_up_at_their_written_defaults():
     seed = domain.evaluate(in_process(domain.seed_program), read_params(domain.seed_program), "search")
     swing = domain.evaluate(in_process(code), read_params(code), "search")  # one trial: the written defaults
     assert seed.score < -900 and swing.score > -400, (seed.score, swing.score)
+
+
+def test_the_report_says_when_the_search_and_the_linear_baseline_had_different_budgets():
+    """`--max-evals 10` on a shipped config leaves linear_trials at 300: the table's notes say so."""
+    from evaluators.domains.control.report import _notes
+
+    domain = get_domain("control", env="Pendulum-v1", secrets=FIXED, **dict(SHORT, linear_trials=300))
+    results = {"evolved best": None}
+    differ = " ".join(_notes(domain.config, results, {"trials": {"count": 10}}))
+    assert "Their budgets differ: the search evaluated 10 programs, the linear baseline had 300 CMA-ES trials" in differ
+    same = " ".join(_notes(domain.config, results, {"trials": {"count": 290}}))  # ended on its wall time: close
+    assert "budgets differ" not in same and "the best of 290 programs" in same
