@@ -205,7 +205,9 @@ class Search(EvaluatorPool, Outcomes, LostActors):
                         # out of wall time: submit nothing more, let what runs finish and commit
                         drain_until = now + self.config.evaluator.sandbox.wall_s + 5
                         status = "wall-time" if self._budget_left() > 0 else status
-                        if self.pending:
+                        if self.pending:  # said on stderr, and archived for `atoll watch` and queries
+                            self.events.append(("wall-time-reached", {"in_flight": len(self.pending),
+                                                                      "finish_within_s": round(drain_until - now)}))
                             self.notices.append(
                                 f"atoll: run.max_wall_s ({self.config.run.max_wall_s:g} s) is spent: nothing new is "
                                 f"started; the {len(self.pending)} job(s) in flight finish within "

@@ -187,6 +187,9 @@ def test_wall_time_ends_the_run_cleanly_and_it_says_it_waits_for_what_is_in_flig
     said = [line for line in out.stderr.splitlines() if "run.max_wall_s (1 s) is spent" in line]
     assert len(said) == 1, out.stderr
     assert re.search(r"the 1 job\(s\) in flight finish within 3\d s and are committed \(Ctrl-C stops now", said[0])
+    [(in_flight,)] = run_query(run_dir, "SELECT json_extract(data, '$.in_flight')::INT FROM events "
+                                        "WHERE kind = 'wall-time-reached'")[1]  # also for `atoll watch`
+    assert in_flight == 1
     count, distinct = _counts(run_dir)
     assert count >= 1 and count == distinct  # the one in flight was committed
     assert "wall-time" in atoll_cli("status", str(run_dir)).stdout
