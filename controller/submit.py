@@ -182,13 +182,13 @@ def working_dir(config_path: Path | None, domain_path: str | None):
     domain file a config names.
     """
     root = checkout()
-    if root is not None and (config_path is None or _inside(config_path, root)):
+    folder = travelling_folder(config_path) if config_path is not None else root
+    if root is not None and folder == root:
         if domain_path and not _inside(Path(domain_path), root):
             raise UserError(f"domain.path {domain_path} lies outside {root}, the folder that travels to the cluster "
                             "as the job's working directory; put it inside that folder")
         yield root, str(config_path.resolve().relative_to(root)) if config_path else None
         return
-    folder = config_path.resolve().parent if config_path is not None else None
     if folder is not None:
         if domain_path and not _inside(Path(domain_path), folder):
             raise UserError(f"domain.path {domain_path} lies outside {folder}, the config's folder, which travels to "
