@@ -206,13 +206,13 @@ class Search(EvaluatorPool, Outcomes, LostActors):
                         drain_until = now + self.config.evaluator.sandbox.wall_s + 5
                         status = "wall-time" if self._budget_left() > 0 else status
                         if self.pending:  # said on stderr, and archived for `atoll watch` and queries
-                            self.events.append(("wall-time-reached", {"in_flight": len(self.pending),
-                                                                      "finish_within_s": round(drain_until - now)}))
+                            in_flight, within = len(self.pending), round(drain_until - now)
+                            self.events.append(("wall-time-reached", {"in_flight": in_flight,
+                                                                      "finish_within_s": within}))
                             self.notices.append(
                                 f"atoll: run.max_wall_s ({self.config.run.max_wall_s:g} s) is spent: nothing new is "
-                                f"started; the {len(self.pending)} job(s) in flight finish within "
-                                f"{drain_until - now:.0f} s and are committed (Ctrl-C stops now, keeping what "
-                                "finished).")
+                                f"started; the {in_flight} job(s) in flight finish within {within} s and are "
+                                "committed (Ctrl-C stops now, keeping what finished).")
                     self._fill(searching)
                     waiting = self.helm.paused or (searching and self.proposals.resting())
                     if self._finished(searching) and not (waiting and self._budget_left() > 0):
