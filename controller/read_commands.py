@@ -115,7 +115,7 @@ def cmd_best(args) -> int:
         print(json.dumps({k: v for k, v in json.loads(metrics).items() if not isinstance(v, list)}, indent=1))
     if note:
         print(note, file=sys.stderr)
-    if getattr(args, "out", None):
+    if args.out:
         out = Path(args.out)
         try:
             out.write_text(code if code.endswith("\n") else code + "\n")
