@@ -1,5 +1,6 @@
 """What the LLM models did in a run: calls by outcome, tokens, cost, and what their children
-contributed beside the embedded mutator's. Printed at the end of a run and by `atoll status`."""
+contributed beside the embedded mutator's; with the duplicates dropped and the most common
+reasons children failed. Printed at the end of a run and by `atoll status`."""
 from __future__ import annotations
 
 from rich.table import Table
