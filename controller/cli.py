@@ -179,13 +179,20 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _stoppable()
     from controller import commands
+    from store.signals import interrupted
 
+    if args.command in _SEARCHING:
+        commands.stop_on_signals()
     try:
         return getattr(commands, f"cmd_{args.command.replace('-', '_')}")(args)
     except (UserError, ConfigError) as exc:
         print(f"atoll: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return _interrupted(args)
     except Exception as exc:
+        if interrupted(exc):  # DuckDB's word for a Ctrl-C during a query
+            return _interrupted(args)
         if not damaged(exc):
             raise
         print(f"atoll: an archive cannot be read: {str(exc).strip().splitlines()[0]}. The file is damaged or cut "
@@ -193,6 +200,18 @@ def main(argv: list[str] | None = None) -> int:
               "may still read its undamaged parts. If the run directory exists elsewhere (the node it ran on, a "
               "backup), give that copy", file=sys.stderr)
         return 2
+
+
+_SEARCHING = ("run", "resume", "report", "baselines")  # their stop commits first (controller.faults.stopping)
+
+
+def _interrupted(args) -> int:
+    """A Ctrl-C (or SIGTERM) that stopped a command outside its search loop (while it started, say):
+    one line, no traceback, and the command that continues once there is something to continue."""
+    then = getattr(args, "continue_with", lambda: None)()
+    print(f"atoll {args.command}: stopped (Ctrl-C or SIGTERM); what was committed before stays"
+          + (f". Continue with: {then}" if then else ""), file=sys.stderr, flush=True)
+    return 130
 
 
 def damaged(exc: BaseException) -> bool:

@@ -15,6 +15,7 @@ from controller.domain_commands import cmd_check, cmd_new_domain  # noqa: F401  
 from controller.control_commands import cmd_continue, cmd_pause, cmd_set, cmd_stop, cmd_watch  # noqa: F401
 from controller.submit import cmd_jobs, cmd_submit, resume_command, storage_root  # noqa: F401
 from controller.read_commands import cmd_best, cmd_query, cmd_status, console  # noqa: F401
+from store import signals
 
 
 
@@ -43,6 +44,8 @@ def cmd_run(args) -> int:
     args.control = _control_setup(config)
     connect(args.ray_address)
     run_dir = rundir.claim(config.run.name, args.run_dir, root)
+    # for a stop before the search (controller.cli): a run directory with its archive resumes
+    args.continue_with = lambda: resume_command(run_dir) if (run_dir / rundir.ARCHIVE).exists() else None
     run_id = run_dir.resolve().name + "-" + time.strftime("%H%M%S")
     secrets = _new_secrets(config)
 
@@ -92,6 +95,7 @@ def cmd_resume(args) -> int:
     run_dir = Path(args.run_dir)
     with rundir.open_archive(run_dir) as archive, LiveReads(archive, run_dir):
         run_id, run = _latest_run(archive, run_dir, "resume")
+        args.continue_with = lambda: resume_command(run_dir)
         config = validate(run["config"])
         _refuse_failed_seed(archive, run_id)
         if getattr(args, "set", None):  # e.g. a resume that adds or drops an LLM model
@@ -188,7 +192,7 @@ def _search_and_report(config, archive, run_id, run_dir, args) -> int:
     from controller.loop import Search
 
     memory = _memory_checked(config, archive, run_id, run_dir)
-    signal.signal(signal.SIGTERM, _stop_cleanly)  # `ray job stop`, a scheduler's kill: commit, then exit
+    stop_on_signals()  # also when called without the CLI
     archive.set_run_status(run_id, "running")
     hide = (str(run_dir.resolve()),)
     secrets = _stored_secrets(archive, run_id, run_dir)
@@ -246,7 +250,8 @@ def _report(archive, run_id, domain, evaluators, run_dir, new_evaluator) -> int:
 
     _racing_summary(archive, run_id)
     try:
-        heldout_report(archive, run_id, domain, evaluators, console, new_evaluator)
+        with signals.ctrl_c_as_such():
+            heldout_report(archive, run_id, domain, evaluators, console, new_evaluator)
     except KeyboardInterrupt:
         from controller.faults import stopping
 
@@ -278,6 +283,7 @@ def cmd_report(args) -> int:
     run_dir = Path(args.run_dir)
     with rundir.open_archive(run_dir) as archive, LiveReads(archive, run_dir):
         run_id, run = _latest_run(archive, run_dir, "report on")
+        args.continue_with = lambda: f"atoll report {run_dir}"
         if run["status"] == "running":
             raise UserError(f"{run_dir}: the run is marked running (live, or stopped without ending); "
                             f"finish it with: atoll resume {run_dir}")
@@ -286,7 +292,7 @@ def cmd_report(args) -> int:
         config = validate(run["config"])
         secrets = _stored_secrets(archive, run_id, run_dir)
         connect(args.ray_address)
-        signal.signal(signal.SIGTERM, _stop_cleanly)
+        stop_on_signals()
         hide = (str(run_dir.resolve()),)
         evaluators = [new_evaluator(config, hide, secrets=secrets) for _ in range(evaluator_count(config))]
         domain = get_domain(config.domain, secrets=secrets)
@@ -294,7 +300,18 @@ def cmd_report(args) -> int:
                                                     lambda: new_evaluator(config, hide, secrets=secrets)))
 
 
+def stop_on_signals() -> None:
+    """Ctrl-C and SIGTERM (`ray job stop`, a scheduler's kill) stop a run, resume or report cleanly.
+    The first one stops; what follows it (the last commit, closing the archive, Ray's shutdown) is
+    not broken off by the next ones, which only say what is left (`controller.faults.stopping`)."""
+    signal.signal(signal.SIGINT, _stop_cleanly)
+    signal.signal(signal.SIGTERM, _stop_cleanly)
+
+
 def _stop_cleanly(signum, frame):
+    from controller.faults import stopping
+
+    stopping()
     raise KeyboardInterrupt
 
 

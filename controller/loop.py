@@ -27,6 +27,7 @@ from controller.recovery import LostActors
 from controller.resume import islands_snapshot, load_islands
 from evaluators.racing import RaceSpec
 from evaluators.registry import get_domain
+from store import signals
 from store.records import Candidate, EvalResult, MutationRequest, Status
 
 
@@ -196,7 +197,7 @@ class Search(EvaluatorPool, Outcomes, LostActors):
         drain_until = None
         status = "completed"
         try:
-            with progress:
+            with signals.ctrl_c_as_such(), progress:
                 while True:
                     now = time.monotonic()
                     self.helm.tick(self, now)  # control-plane commands; a stop raises KeyboardInterrupt
@@ -295,13 +296,14 @@ class Search(EvaluatorPool, Outcomes, LostActors):
         the finished LLM calls (and `snapshot`, see `publish`); then the library (what was learned
         and used since its last flush)."""
         # held-out scores are of programs committed earlier or in this same batch
-        self.archive.write(self.run_id, pairs=self.results, evaluations=self.heldout, events=self.events,
-                           snapshot=snapshot, also=self.proposals.calls_to_write())
-        self.proposals.written()
-        self.helm.on_commit(self)  # to the control plane's watchers, once committed
-        self.done += sum(1 for _, r in self.results if r.split == "search")
-        self.results, self.heldout, self.events = [], [], []
-        self.memory.flush(self.done, self.best_score)
+        with signals.held():  # a Ctrl-C now would commit the batch and keep it as uncommitted too
+            self.archive.write(self.run_id, pairs=self.results, evaluations=self.heldout, events=self.events,
+                               snapshot=snapshot, also=self.proposals.calls_to_write())
+            self.proposals.written()
+            self.helm.on_commit(self)  # to the control plane's watchers, once committed
+            self.done += sum(1 for _, r in self.results if r.split == "search")
+            self.results, self.heldout, self.events = [], [], []
+            self.memory.flush(self.done, self.best_score)
 
     def publish(self) -> None:
         """Commit with a snapshot of the islands in the same transaction, so a resume replays only what follows.

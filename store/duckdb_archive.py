@@ -23,6 +23,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from store import signals
 from store.hash_index import HashSet
 from store.readonly import cut_short
 from store.records import Candidate, EvalResult
@@ -126,14 +127,15 @@ class DuckDBArchive:
             if done:  # an existing archive: say so, a rebuild of a large one takes a while (once)
                 print(f"atoll: upgrading {self.path} to schema version {version} ({name}), once; "
                       "a large archive takes a while, and an interruption leaves it as it was", file=sys.stderr)
-            self.con.execute("BEGIN")
-            try:
-                self.con.execute(sql)
-                self.con.execute("INSERT INTO schema_version VALUES (?, ?, now())", [version, name])
-                self.con.execute("COMMIT")
-            except Exception:
-                self.con.execute("ROLLBACK")
-                raise
+            with signals.held():
+                self.con.execute("BEGIN")
+                try:
+                    self.con.execute(sql)
+                    self.con.execute("INSERT INTO schema_version VALUES (?, ?, now())", [version, name])
+                    self.con.execute("COMMIT")
+                except Exception:
+                    self.con.execute("ROLLBACK")
+                    raise
             applied.append(version)
         return applied
 
@@ -243,18 +245,19 @@ class DuckDBArchive:
 
     def _transaction(self, work) -> None:
         """Run `work` in one transaction; what it returns is called once the transaction committed."""
-        self.con.execute("BEGIN")
-        try:
-            after = work()
-            self.con.execute("COMMIT")
-        except BaseException:
+        with signals.held():  # a Ctrl-C waits for the COMMIT (store.signals)
+            self.con.execute("BEGIN")
             try:
-                self.con.execute("ROLLBACK")
-            except duckdb.Error:  # a COMMIT that failed (e.g. no space left) already ended the transaction
-                pass
-            raise
-        if after:
-            after()
+                after = work()
+                self.con.execute("COMMIT")
+            except BaseException:
+                try:
+                    self.con.execute("ROLLBACK")
+                except duckdb.Error:  # a COMMIT that failed (e.g. no space left) already ended the transaction
+                    pass
+                raise
+            if after:  # the writer's own count of what is committed: with the commit, never without
+                after()
 
     def _insert(self, table_name: str, table: pa.Table) -> None:
         insert_arrow(self.con, table_name, table, self._columns)

@@ -26,6 +26,7 @@ import duckdb
 import platformdirs
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
 
+from store import signals
 from store.readonly import first_line, is_lock_error
 
 ENV = "ATOLL_LIBRARY"
@@ -108,13 +109,14 @@ class Library:
         con = self._connect()
         try:
             self._migrate(con)
-            con.execute("BEGIN")
-            try:
-                result = work(con)
-                con.execute("COMMIT")
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
+            with signals.held():  # a Ctrl-C waits for the COMMIT (store.signals)
+                con.execute("BEGIN")
+                try:
+                    result = work(con)
+                    con.execute("COMMIT")
+                except BaseException:
+                    con.execute("ROLLBACK")
+                    raise
             return result
         finally:
             con.close()
@@ -155,13 +157,14 @@ class Library:
         for number, name, sql in migrations():
             if number <= version:
                 continue
-            con.execute("BEGIN")
-            try:
-                con.execute("CREATE TABLE IF NOT EXISTS library_version "
-                            "(version INTEGER PRIMARY KEY, name VARCHAR, applied_at TIMESTAMP)")
-                con.execute(sql)
-                con.execute("INSERT INTO library_version VALUES (?, ?, now())", [number, name])
-                con.execute("COMMIT")
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
+            with signals.held():
+                con.execute("BEGIN")
+                try:
+                    con.execute("CREATE TABLE IF NOT EXISTS library_version "
+                                "(version INTEGER PRIMARY KEY, name VARCHAR, applied_at TIMESTAMP)")
+                    con.execute(sql)
+                    con.execute("INSERT INTO library_version VALUES (?, ?, now())", [number, name])
+                    con.execute("COMMIT")
+                except BaseException:
+                    con.execute("ROLLBACK")
+                    raise

@@ -92,16 +92,43 @@ def _wait_for_evaluations(run_dir, n, proc, limit=180):
     raise AssertionError("the run made no progress")
 
 
+def _started(run_dir, tmp_path, max_evals):
+    """`atoll run` on the tiny inventory config, in a process group of its own (Ctrl-C goes to the group)."""
+    cmd = [sys.executable, "-m", "controller", "run", "configs/inventory.toml", "--run-dir", str(run_dir),
+           "--max-evals", str(max_evals), "--no-report", *TINY]
+    return subprocess.Popen(cmd, cwd=ROOT, env=_env(tmp_path), start_new_session=True, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def test_ctrl_c_while_a_run_starts_is_one_line_that_says_how_to_continue(tmp_path):
+    """Ctrl-C once the archive exists, while the actors start and the seed is scored (outside the
+    search loop), then again: a KeyboardInterrupt traceback before; now one line with the resume."""
+    run_dir = tmp_path / "run"
+    proc = _started(run_dir, tmp_path, 10)
+    try:
+        deadline = time.monotonic() + 120
+        while not (run_dir / "archive.duckdb").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the run ended or never made its archive"
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(0.3)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    # 130, or Ctrl-C's own -2 when the second one came as Python finalized (everything was written)
+    assert proc.returncode in (130, -signal.SIGINT) and "Traceback" not in err, err
+    assert f"Continue with: atoll resume {run_dir}" in err, err
+
+
 def test_query_answers_during_a_live_run_and_a_second_ctrl_c_while_stopping_is_one_line(atoll_cli, tmp_path):
     """`atoll query` reads a live run and refuses writes. Then Ctrl-C, and Ctrl-C again while the run
     commits and ends: the second one broke the library's write off with DuckDB's 'Query interrupted'
     traceback (or Ray's shutdown with a KeyboardInterrupt one). Now it is answered with one line, and
     the stop completes: the archive and the library both say interrupted."""
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "controller", "run", "configs/inventory.toml", "--run-dir", str(run_dir),
-           "--max-evals", "400", "--no-report", *TINY]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(tmp_path), start_new_session=True, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = _started(run_dir, tmp_path, 400)
     try:
         assert _wait_for_evaluations(run_dir, 2, proc) >= 2
         cli = subprocess.run([sys.executable, "-m", "controller", "query", str(run_dir),
