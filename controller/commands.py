@@ -29,7 +29,6 @@ def _latest_run(archive, run_dir: Path, verb: str) -> tuple[str, dict]:
 
 def cmd_run(args) -> int:
     """Everything that can be refused is checked (config, run directory, Ray address) before the run exists."""
-    from controller.actors import connect
     from store.live import LiveReads
 
     overrides = list(args.set) + ([f"run.max_evals={args.max_evals}"] if args.max_evals is not None else [])
@@ -42,7 +41,7 @@ def cmd_run(args) -> int:
         rundir.check_free(Path(args.run_dir))
     rundir.check_can_make(Path(args.run_dir) if args.run_dir else root)
     args.control = _control_setup(config)
-    connect(args.ray_address)
+    _connect(args.ray_address)
     run_dir = rundir.claim(config.run.name, args.run_dir, root)
     # for a stop before the search (controller.cli): a run directory with its archive resumes
     args.continue_with = lambda: resume_command(run_dir) if (run_dir / rundir.ARCHIVE).exists() else None
@@ -89,7 +88,6 @@ def _stored_secrets(archive, run_id: str, run_dir: Path):
 
 
 def cmd_resume(args) -> int:
-    from controller.actors import connect
     from store.live import LiveReads
 
     run_dir = Path(args.run_dir)
@@ -114,7 +112,7 @@ def cmd_resume(args) -> int:
                           f"table: atoll report {run_dir})", soft_wrap=True)
             return 0
         console.print(f"atoll resuming {run_id}: {done}/{config.run.max_evals} evaluations done")
-        connect(args.ray_address)
+        _connect(args.ray_address)
         return _search(config, archive, run_id, run_dir, args)
 
 
@@ -276,7 +274,7 @@ def _racing_summary(archive, run_id) -> None:
 
 
 def cmd_report(args) -> int:
-    from controller.actors import connect, evaluator_count, new_evaluator
+    from controller.actors import evaluator_count, new_evaluator
     from evaluators.registry import get_domain
     from store.live import LiveReads
 
@@ -291,13 +289,21 @@ def cmd_report(args) -> int:
             raise UserError(f"{run_dir} has no search evaluations yet; nothing to report")
         config = validate(run["config"])
         secrets = _stored_secrets(archive, run_id, run_dir)
-        connect(args.ray_address)
+        _connect(args.ray_address)
         stop_on_signals()
         hide = (str(run_dir.resolve()),)
         evaluators = [new_evaluator(config, hide, secrets=secrets) for _ in range(evaluator_count(config))]
         domain = get_domain(config.domain, secrets=secrets)
         return _guard_disk(run_dir, lambda: _report(archive, run_id, domain, evaluators, run_dir,
                                                     lambda: new_evaluator(config, hide, secrets=secrets)))
+
+
+def _connect(address) -> None:
+    """Ray; then Atoll's stop on Ctrl-C and SIGTERM again, since ray.init puts a sys.exit of its own on SIGTERM."""
+    from controller.actors import connect
+
+    connect(address)
+    stop_on_signals()
 
 
 def stop_on_signals() -> None:
@@ -316,12 +322,11 @@ def _stop_cleanly(signum, frame):
 
 
 def cmd_baselines(args) -> int:
-    from controller.actors import connect
     from controller.report import baseline_report
 
     config, _ = load_config(args.config, args.set)
     secrets = _new_secrets(config)
     _say_if_replayable(config.run.replay_seed)
-    connect(None)
+    _connect(None)
     baseline_report(config, console, secrets)
     return 0
