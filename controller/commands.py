@@ -1,6 +1,7 @@
 """The CLI's commands; each returns an exit status."""
 from __future__ import annotations
 
+import copy
 import json
 import signal
 import sys
@@ -97,7 +98,8 @@ def cmd_resume(args) -> int:
         config = validate(run["config"])
         _refuse_failed_seed(archive, run_id)
         if getattr(args, "set", None):  # e.g. a resume that adds or drops an LLM model
-            config = validate(apply_overrides(run["config"], list(args.set)))
+            config = validate(apply_overrides(copy.deepcopy(run["config"]), list(args.set)))
+            _same_domain(validate(run["config"]), config, archive.count_evaluations(run_id, "search"))
         _keys_checked(config)
         args.control = _control_setup(config)
         if getattr(args, "set", None):
@@ -114,6 +116,31 @@ def cmd_resume(args) -> int:
         console.print(f"atoll resuming {run_id}: {done}/{config.run.max_evals} evaluations done")
         _connect(args.ray_address)
         return _search(config, archive, run_id, run_dir, args)
+
+
+def _same_domain(before, after, scored: int) -> None:
+    """Refuse a resume's `--set` that changes the domain or its options (defaults filled in, as the
+    library's fingerprint sees them): the run's scores so far were measured with the old ones, and its
+    islands, its best and the library's elites compare them all."""
+    from controller.memory import fingerprint
+
+    if fingerprint(before.domain) == fingerprint(after.domain):
+        return
+    changed = _differences(before.model_dump(mode="json")["domain"], after.model_dump(mode="json")["domain"],
+                           "domain") or [("domain", "", "")]
+    key, old, new = changed[0]
+    raise UserError(f"--set {key}: a resume cannot change the domain or its options ({key} was {json.dumps(old)}, "
+                    f"would be {json.dumps(new)}): the run's {scored} search scores were measured with the old "
+                    "ones, and its islands and best compare them all. Start a new run with the new value instead "
+                    "(atoll run CONFIG --set ...)")
+
+
+def _differences(before, after, where: str) -> list[tuple[str, object, object]]:
+    """(dotted key, before, after) for each leaf that differs between two config trees."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        return [change for key in sorted(set(before) | set(after))
+                for change in _differences(before.get(key), after.get(key), f"{where}.{key}")]
+    return [] if before == after else [(where, before, after)]
 
 
 def _keys_checked(config) -> None:

@@ -248,8 +248,10 @@ def test_a_damaged_archive_is_one_line_that_says_so(tmp_path):
     assert "Continue with" not in status.stdout
 
 
-def test_resuming_a_completed_run_says_so_and_starts_nothing(tmp_path):
-    """Its evaluations all done: one line on how to give it more, exit 0, no Ray and no model started."""
+def test_resuming_a_completed_run_says_so_and_starts_nothing_and_the_domain_cannot_change(tmp_path):
+    """Its evaluations all done: one line on how to give it more, exit 0, no Ray and no model started.
+    A resume that would change the domain's options is refused: the scores so far were measured with
+    the old ones (it was accepted, and the run went on mixing the two); a default given again is no change."""
     from controller.config import validate
     from store.duckdb_archive import DuckDBArchive
     from store.records import Candidate, EvalResult, Status
@@ -268,3 +270,13 @@ def test_resuming_a_completed_run_says_so_and_starts_nothing(tmp_path):
     assert (f"r1 completed with its 2 of 2 evaluations; nothing to resume. Give it more with: atoll resume {run_dir} "
             "--set run.max_evals=N") in out.stdout
     assert "atoll resuming" not in out.stdout and time.monotonic() - started < 30  # Ray alone takes seconds to start
+    changed = atoll(tmp_path, "resume", run_dir, "--set", "run.max_evals=4", "--set", "domain.options.search_periods=99",
+                    timeout=60)
+    assert changed.returncode == 2 and "Traceback" not in changed.stderr, changed.stderr
+    assert ("--set domain.options.search_periods: a resume cannot change the domain or its options "
+            "(domain.options.search_periods was null, would be 99): the run's 2 search scores") in changed.stderr
+    from evaluators.domains.inventory.domain import InventoryConfig
+
+    same = atoll(tmp_path, "resume", run_dir, "--set", "run.max_evals=2",
+                 "--set", f"domain.options.search_periods={InventoryConfig().search_periods}", timeout=60)
+    assert same.returncode == 0 and "nothing to resume" in same.stdout, same.stderr
