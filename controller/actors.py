@@ -5,12 +5,14 @@ testable without Ray; `ray.remote(TheClass)` makes the actor.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import logging
 import os
 import secrets
 import shutil
+import sys
 from pathlib import Path
 
 import ray
@@ -126,9 +128,11 @@ def start_local(num_cpus: int | None, path: str) -> None:
     notice = logging.getLogger(AUTH_NOTICE)
     level = notice.level
     notice.setLevel(logging.ERROR)
+    atexit.register(_forget_session)  # runs before Ray's own atexit shutdown, registered when ray was imported
     try:
         ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
                  configure_logging=False)
+        _SESSION.append(Path(ray._private.worker._global_node.get_session_dir_path()))
     except Exception as exc:  # noqa: BLE001  whatever Ray raised, the user gets one line and where to look
         detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         room = f", {_size(free)} free there" if free is not None else ""
@@ -145,6 +149,24 @@ def start_local(num_cpus: int | None, path: str) -> None:
             else:
                 os.environ[name] = value
     stop_helpers()
+
+
+_SESSION: list[Path] = []  # the session folder of this command's own Ray
+
+
+def _forget_session() -> None:
+    """At exit, stop this command's own Ray and remove its session folder (logs, sockets, Ray's
+    metrics dashboards: 2 to 4 MB) unless the command ended in a traceback, whose cause its Ray's
+    logs may hold: a folder was left in RAY_TMPDIR (/tmp/ray) by every run, resume and report."""
+    if not _SESSION:
+        return
+    ray.shutdown()  # as Ray's own handler would, next
+    if getattr(sys, "last_value", None) is not None:  # an uncaught exception (set before atexit runs)
+        return
+    latest = _SESSION[0].parent / "session_latest"
+    shutil.rmtree(_SESSION[0], ignore_errors=True)
+    if latest.is_symlink() and not latest.exists():  # it named this session
+        latest.unlink(missing_ok=True)
 
 
 # Where Ray says, at every start of a new local Ray, that token authentication is on and how to

@@ -1,10 +1,14 @@
 """The Ray an `atoll` command starts for itself: its workers find Atoll and the caller's path
 without a runtime_env, it starts with a home that cannot be written, it runs neither the log
 monitor nor the autoscaler monitor (nobody reads the one, nothing scales, and Ray's shutdown
-waited a second on the other), and its dashboard agent gathers node statistics once a minute."""
+waited a second on the other), its dashboard agent gathers node statistics once a minute, and
+its session folder is removed at a clean exit."""
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -53,7 +57,10 @@ with open(f"/proc/{{raylet}}/environ", "rb") as f:  # what the raylet hands its 
 print(json.dumps({{"found": found, "runtime_env": job, "auth": os.environ.get("RAY_AUTH_MODE"),
                   "own token": "RAY_AUTH_TOKEN" in os.environ,
                   "agent's": environ.get(b"REPORTER_UPDATE_INTERVAL_MS", b"").decode(),
-                  "driver's": os.environ.get("REPORTER_UPDATE_INTERVAL_MS")}}), flush=True)
+                  "driver's": os.environ.get("REPORTER_UPDATE_INTERVAL_MS"),
+                  "session": ray._private.worker._global_node.get_session_dir_path()}}), flush=True)
+if os.environ.get("END_IN_A_TRACEBACK"):
+    raise RuntimeError("a bug of the command's own")
 '''
 
 
@@ -67,10 +74,18 @@ def test_a_local_rays_workers_import_atoll_and_the_callers_path_and_its_idle_hel
         (tmp_path / "home").write_text("")  # a file: no ~/.ray can be made in it, even by root
     # the dashboard agent reports node statistics every minute, not every 5 s; a setting the user made stands
     own = {} if home == "a home of its own" else {"REPORTER_UPDATE_INTERVAL_MS": "7000"}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT.format(pythonpath=pythonpath)], cwd=tmp_path,
-                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home"), "PYTHONPATH": pythonpath,
-                               "SRC": str(ROOT), **own}, capture_output=True, text=True, timeout=180, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    # the session folder goes at a clean exit; a traceback keeps it (its logs may hold the cause)
+    ends = {} if home == "a home of its own" else {"END_IN_A_TRACEBACK": "1"}
+    sessions = Path(tempfile.mkdtemp(prefix="atoll-t-"))  # short: Ray's sockets are in it
+    try:
+        proc = subprocess.run([sys.executable, "-c", SCRIPT.format(pythonpath=pythonpath)], cwd=tmp_path,
+                              env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home"), "PYTHONPATH": pythonpath,
+                                   "SRC": str(ROOT), "RAY_TMPDIR": str(sessions), **own, **ends},
+                              capture_output=True, text=True, timeout=180, check=False)
+        assert proc.returncode == (1 if ends else 0), proc.stderr[-3000:]
+        left = sorted(path.name for path in (sessions / "ray").glob("session_*"))
+    finally:
+        shutil.rmtree(sessions, ignore_errors=True)
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     *stops, connected, probe = lines
     # both stopped as Ray came up (killed, reaped, off the node's list); Ray's own shutdown would
@@ -89,6 +104,7 @@ def test_a_local_rays_workers_import_atoll_and_the_callers_path_and_its_idle_hel
     assert (tmp_path / "home" / ".ray" / "auth_token").is_file() == (home == "a home of its own")
     assert probe["agent's"] == own.get("REPORTER_UPDATE_INTERVAL_MS", "60000")
     assert probe["driver's"] == own.get("REPORTER_UPDATE_INTERVAL_MS"), "the driver's own environment is left as it was"
+    assert left == ([Path(probe["session"]).name, "session_latest"] if ends else []), left
 
 
 def test_too_little_room_for_rays_session_is_one_line_before_ray_starts(tmp_path, monkeypatch):

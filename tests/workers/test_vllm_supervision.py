@@ -5,6 +5,7 @@ side: the error a user reads, the log it points to, and what is left in /tmp aft
 import os
 import stat
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -53,7 +54,8 @@ def config(tmp_path, exe, **kw):
     return VLLMModel(name="m", model_path=tmp_path, python=exe, engine="vllm", gpus=0, **kw)
 
 
-def test_a_server_that_cannot_start_is_said_with_its_reason_and_its_log(tmp_path):
+def test_a_server_that_cannot_start_is_said_with_its_reason_and_its_log(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the log it keeps for the user: not in /tmp
     cfg = config(tmp_path, stand_in(tmp_path, FAILS), startup_timeout_s=60)
     start = time.monotonic()
     with pytest.raises(RuntimeError) as caught:
@@ -63,6 +65,7 @@ def test_a_server_that_cannot_start_is_said_with_its_reason_and_its_log(tmp_path
     assert "exited with status 1" in last and "No available memory for the cache blocks" in last, last
     log = Path(last.split("(the whole log: ")[1].rstrip(")"))
     assert "INFO starting the engine" in log.read_text()  # kept: the user reads it
+    assert log.parent.parent == tmp_path
 
 
 def test_a_clean_shutdown_leaves_nothing_and_a_restarted_server_keeps_its_log(tmp_path):
