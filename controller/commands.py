@@ -317,7 +317,6 @@ def cmd_report(args) -> int:
         config = validate(run["config"])
         secrets = _stored_secrets(archive, run_id, run_dir)
         _connect(args.ray_address)
-        stop_on_signals()
         hide = (str(run_dir.resolve()),)
         evaluators = [new_evaluator(config, hide, secrets=secrets) for _ in range(evaluator_count(config))]
         domain = get_domain(config.domain, secrets=secrets)

@@ -127,15 +127,14 @@ class DuckDBArchive:
             if done:  # an existing archive: say so, a rebuild of a large one takes a while (once)
                 print(f"atoll: upgrading {self.path} to schema version {version} ({name}), once; "
                       "a large archive takes a while, and an interruption leaves it as it was", file=sys.stderr)
-            with signals.held():
-                self.con.execute("BEGIN")
-                try:
-                    self.con.execute(sql)
-                    self.con.execute("INSERT INTO schema_version VALUES (?, ?, now())", [version, name])
-                    self.con.execute("COMMIT")
-                except Exception:
-                    self.con.execute("ROLLBACK")
-                    raise
+            self.con.execute("BEGIN")  # no store.signals.held: Ctrl-C may stop a long upgrade, rolled back
+            try:
+                self.con.execute(sql)
+                self.con.execute("INSERT INTO schema_version VALUES (?, ?, now())", [version, name])
+                self.con.execute("COMMIT")
+            except Exception:
+                self.con.execute("ROLLBACK")
+                raise
             applied.append(version)
         return applied
 

@@ -157,14 +157,13 @@ class Library:
         for number, name, sql in migrations():
             if number <= version:
                 continue
-            with signals.held():
-                con.execute("BEGIN")
-                try:
-                    con.execute("CREATE TABLE IF NOT EXISTS library_version "
-                                "(version INTEGER PRIMARY KEY, name VARCHAR, applied_at TIMESTAMP)")
-                    con.execute(sql)
-                    con.execute("INSERT INTO library_version VALUES (?, ?, now())", [number, name])
-                    con.execute("COMMIT")
-                except BaseException:
-                    con.execute("ROLLBACK")
-                    raise
+            con.execute("BEGIN")  # no store.signals.held: an upgrade stopped by Ctrl-C is rolled back
+            try:
+                con.execute("CREATE TABLE IF NOT EXISTS library_version "
+                            "(version INTEGER PRIMARY KEY, name VARCHAR, applied_at TIMESTAMP)")
+                con.execute(sql)
+                con.execute("INSERT INTO library_version VALUES (?, ?, now())", [number, name])
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
