@@ -331,6 +331,11 @@ def cmd_submit(args) -> int:
     if bool(args.config) == bool(args.resume):
         raise UserError("submit: give a CONFIG to start a run, or --resume RUN_DIR to continue one (not both)")
     args.set = list(args.set) + ([f"run.max_evals={args.max_evals}"] if args.max_evals is not None else [])
+    domain = [item for item in args.set if item.split("=", 1)[0].strip().startswith("domain.")]
+    if args.resume and domain:  # the job's `atoll resume` would refuse it (controller.commands._same_domain)
+        raise UserError(f"--set {domain[0]}: a resume cannot change the domain or its options (the run's scores "
+                        "so far were measured with them); submit a new run with the new value: atoll submit CONFIG "
+                        "--set ...")
     config = None if args.resume else load_config(args.config, args.set)[0]  # a bad config stops here
     notes = [] if args.resume else check_data(Path(args.config), data_files(Path(args.config), args.set, config))
     address = address_of(args.address)

@@ -175,6 +175,13 @@ def test_submit_refuses_what_cannot_work_on_a_cluster(tmp_path, args, needle):
     assert out.returncode == 2 and needle in out.stderr and out.stderr.strip().count("\n") == 0
 
 
+def test_a_resume_that_would_change_the_domain_is_refused_before_it_is_sent(tmp_path):
+    out = atoll(tmp_path, "submit", "--resume", "/tmp/r", "--set", "domain.options.search_periods=9",
+                "--address", "http://127.0.0.1:9", timeout=60)
+    assert out.returncode == 2 and out.stderr.strip().count("\n") == 0, out.stderr
+    assert "--set domain.options.search_periods=9: a resume cannot change the domain or its options" in out.stderr
+
+
 def test_a_config_elsewhere_whose_domain_file_is_not_beside_it_is_refused(tmp_path):
     config = tmp_path / "c.toml"
     config.write_text((ROOT / CONFIG).read_text().replace('path = "fixed_cost.py"',
