@@ -208,6 +208,10 @@ _SEARCHING = ("run", "resume", "report", "baselines")  # their stop commits firs
 def _interrupted(args) -> int:
     """A Ctrl-C (or SIGTERM) that stopped a command outside its search loop (while it started, say):
     one line, no traceback, and the command that continues once there is something to continue."""
+    if args.command in _SEARCHING:  # what is left (closing the archive, Ray's shutdown) is not broken off
+        from controller.faults import stopping
+
+        stopping()
     then = getattr(args, "continue_with", lambda: None)()
     print(f"atoll {args.command}: stopped (Ctrl-C or SIGTERM); what was committed before stays"
           + (f". Continue with: {then}" if then else ""), file=sys.stderr, flush=True)

@@ -334,16 +334,29 @@ def _connect(address) -> None:
 
 def stop_on_signals() -> None:
     """Ctrl-C and SIGTERM (`ray job stop`, a scheduler's kill) stop a run, resume or report cleanly.
-    The first one stops; what follows it (the last commit, closing the archive, Ray's shutdown) is
-    not broken off by the next ones, which only say what is left (`controller.faults.stopping`)."""
+    The first raises KeyboardInterrupt; whoever catches it (the loop, the report, `controller.cli.main`)
+    begins the stop, and from then on the next ones get one line (`controller.faults.stopping`). One
+    more within STOP_GRACE_S gets that line too: the first is still on its way to its catcher, through
+    `with` blocks closing the archive or the control plane, and a second KeyboardInterrupt would break
+    those off. After that it raises again: the first one was lost where Python ignores exceptions (an
+    at-fork handler, a destructor), and the run must not go on saying it is stopping."""
+    _FIRST_STOP.clear()
     signal.signal(signal.SIGINT, _stop_cleanly)
     signal.signal(signal.SIGTERM, _stop_cleanly)
 
 
-def _stop_cleanly(signum, frame):
-    from controller.faults import stopping
+STOP_GRACE_S = 3.0
+_FIRST_STOP: list[float] = []  # when the first signal of a stop not yet begun was raised
 
-    stopping()
+
+def _stop_cleanly(signum, frame):
+    from controller.faults import still_stopping
+
+    now = time.monotonic()
+    if _FIRST_STOP and now - _FIRST_STOP[0] < STOP_GRACE_S:
+        still_stopping(signum)
+        return
+    _FIRST_STOP[:] = [now]
     raise KeyboardInterrupt
 
 

@@ -165,13 +165,17 @@ def stopping() -> None:
     do and how to quit at once, and are otherwise ignored. Only the main thread may set handlers."""
     if threading.current_thread() is not threading.main_thread():
         return
-    said = []
+    signal.signal(signal.SIGINT, still_stopping)
+    signal.signal(signal.SIGTERM, still_stopping)
 
-    def answer(signum, frame):
-        if not said:
-            said.append(signum)
-            print(f"atoll: still stopping: committing what finished, then stopping Ray (seconds). kill -9 "
-                  f"{os.getpid()} quits at once; a resume then redoes the last seconds' work.", file=sys.stderr,
-                  flush=True)
-    signal.signal(signal.SIGINT, answer)
-    signal.signal(signal.SIGTERM, answer)
+
+def still_stopping(signum=None, frame=None) -> None:
+    """Say what is left of a stop and how to quit at once (once a process)."""
+    if not _SAID:
+        _SAID.append(signum)
+        print(f"atoll: still stopping: committing what finished, then stopping Ray (seconds). kill -9 "
+              f"{os.getpid()} quits at once; a resume then redoes the last seconds' work.", file=sys.stderr,
+              flush=True)
+
+
+_SAID: list = []

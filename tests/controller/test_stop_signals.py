@@ -1,0 +1,46 @@
+"""The handlers `atoll run`, `resume`, `report` and `baselines` put on Ctrl-C and SIGTERM."""
+import gc
+import os
+import signal
+import time
+
+import pytest
+
+from controller import commands, faults
+
+
+@pytest.fixture()
+def stop_handlers():
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    commands.stop_on_signals()
+    yield
+    for signum, handler in before.items():
+        signal.signal(signum, handler)
+
+
+class _Swallows:
+    """Ctrl-C arriving in a destructor: Python prints 'Exception ignored' and goes on (as in an at-fork handler)."""
+
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # the handler runs here, inside __del__
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the first, lost on purpose
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_stop_lost_where_python_ignores_exceptions_leaves_a_later_signal_to_stop(stop_handlers, signum,
+                                                                                     monkeypatch, capsys):
+    """One more signal soon after the first is one line (the first is on its way to its catcher); a
+    later one stops. A handler that began the stop itself had a run whose first Ctrl-C fell into a
+    fork's handler run on to its end, saying it was stopping."""
+    monkeypatch.setattr(commands, "STOP_GRACE_S", 0.5)
+    monkeypatch.setattr(faults, "_SAID", [])
+    _Swallows()
+    gc.collect()
+    os.kill(os.getpid(), signum)  # within the grace: the line, no KeyboardInterrupt
+    time.sleep(0.1)
+    assert "atoll: still stopping" in capsys.readouterr().err
+    time.sleep(0.5)
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signum)
+        time.sleep(1)
