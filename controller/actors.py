@@ -22,6 +22,7 @@ from controller.cli import UserError
 from controller.submit import project_root, ray_token_found
 from evaluators.evaluator import Evaluator
 from evaluators.registry import get_domain
+from store import signals
 from store.records import MutationRequest
 from workers._base import MutationFailed, Proposal
 from workers.embedded import EmbeddedMutator
@@ -130,8 +131,9 @@ def start_local(num_cpus: int | None, path: str) -> None:
     notice.setLevel(logging.ERROR)
     atexit.register(_forget_session)  # runs before Ray's own atexit shutdown, registered when ray was imported
     try:
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)
+        with signals.held():  # a Ctrl-C waits the seconds Ray takes to start: one inside it could crash its teardown
+            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                     configure_logging=False)
         _SESSION.append(Path(ray._private.worker._global_node.get_session_dir_path()))
     except Exception as exc:  # noqa: BLE001  whatever Ray raised, the user gets one line and where to look
         detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
@@ -160,7 +162,7 @@ def _forget_session() -> None:
     logs may hold: a folder was left in RAY_TMPDIR (/tmp/ray) by every run, resume and report."""
     if not _SESSION:
         return
-    ray.shutdown()  # as Ray's own handler would, next
+    ray.shutdown(_exiting_interpreter=True)  # as Ray's own atexit handler does, which comes next
     if getattr(sys, "last_value", None) is not None:  # an uncaught exception (set before atexit runs)
         return
     latest = _SESSION[0].parent / "session_latest"

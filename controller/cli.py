@@ -202,14 +202,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-_SEARCHING = ("run", "resume", "report", "baselines")  # their stop commits first (controller.faults.stopping)
+_SEARCHING = ("run", "resume", "report", "baselines")  # their stop commits first (store.signals.stopping)
 
 
 def _interrupted(args) -> int:
     """A Ctrl-C (or SIGTERM) that stopped a command outside its search loop (while it started, say):
     one line, no traceback, and the command that continues once there is something to continue."""
     if args.command in _SEARCHING:  # what is left (closing the archive, Ray's shutdown) is not broken off
-        from controller.faults import stopping
+        # store.signals imports nothing of Ray's: this Ctrl-C may have cut `import ray` short
+        from store.signals import stopping
 
         stopping()
     then = getattr(args, "continue_with", lambda: None)()

@@ -278,9 +278,7 @@ def _report(archive, run_id, domain, evaluators, run_dir, new_evaluator) -> int:
         with signals.ctrl_c_as_such():
             heldout_report(archive, run_id, domain, evaluators, console, new_evaluator)
     except KeyboardInterrupt:
-        from controller.faults import stopping
-
-        stopping()
+        signals.stopping()
         console.print("held-out report stopped. The search is committed, and so is every held-out result "
                       f"that finished. Print the table (scoring only what is missing) with: atoll report {run_dir}",
                       soft_wrap=True)  # one line: the command must survive copy and paste
@@ -335,7 +333,7 @@ def _connect(address) -> None:
 def stop_on_signals() -> None:
     """Ctrl-C and SIGTERM (`ray job stop`, a scheduler's kill) stop a run, resume or report cleanly.
     The first raises KeyboardInterrupt; whoever catches it (the loop, the report, `controller.cli.main`)
-    begins the stop, and from then on the next ones get one line (`controller.faults.stopping`). One
+    begins the stop, and from then on the next ones get one line (`store.signals.stopping`). One
     more within STOP_GRACE_S gets that line too: the first is still on its way to its catcher, through
     `with` blocks closing the archive or the control plane, and a second KeyboardInterrupt would break
     those off. After that it raises again: the first one was lost where Python ignores exceptions (an
@@ -343,18 +341,26 @@ def stop_on_signals() -> None:
     _FIRST_STOP.clear()
     signal.signal(signal.SIGINT, _stop_cleanly)
     signal.signal(signal.SIGTERM, _stop_cleanly)
+    if sys.unraisablehook is not _quiet_lost_stops:
+        _quiet_lost_stops.before = sys.unraisablehook
+        sys.unraisablehook = _quiet_lost_stops
+
+
+def _quiet_lost_stops(unraisable) -> None:
+    """No 'Exception ignored ... Traceback' for a stop lost where Python ignores exceptions (the
+    next signal stops, see `stop_on_signals`); anything else as Python says it."""
+    if not isinstance(unraisable.exc_value, KeyboardInterrupt):
+        _quiet_lost_stops.before(unraisable)
 
 
 STOP_GRACE_S = 3.0
 _FIRST_STOP: list[float] = []  # when the first signal of a stop not yet begun was raised
 
 
-def _stop_cleanly(signum, frame):
-    from controller.faults import still_stopping
-
+def _stop_cleanly(signum, frame):  # imports nothing: a signal may come in the middle of an import
     now = time.monotonic()
     if _FIRST_STOP and now - _FIRST_STOP[0] < STOP_GRACE_S:
-        still_stopping(signum)
+        signals.still_stopping(signum)
         return
     _FIRST_STOP[:] = [now]
     raise KeyboardInterrupt

@@ -19,21 +19,14 @@ A full disk. A commit that finds no space stops the run: nothing more can be
 written, and what was committed before stays readable (DuckDB replays its
 write-ahead log on the next open).
 
-A second Ctrl-C. Once a stop began (Ctrl-C, SIGTERM, `atoll stop`), what remains
-takes seconds: the last commit, the run's end in the archive and the library, Ray's
-shutdown. A second Ctrl-C would break those writes off halfway (rolled back, with a
-traceback of DuckDB's); it is answered with one line instead (`stopping`).
+A second Ctrl-C: `store.signals.stopping`.
 """
 from __future__ import annotations
 
 import errno
-import os
 import re
 import shutil
-import signal
 import subprocess
-import sys
-import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -158,24 +151,3 @@ def task_error(exc: BaseException) -> str:
 
 
 _FRAME = re.compile(r'\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<name>\S+)')
-
-
-def stopping() -> None:
-    """From now on (the command is ending after a stop), Ctrl-C and SIGTERM say once what is left to
-    do and how to quit at once, and are otherwise ignored. Only the main thread may set handlers."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    signal.signal(signal.SIGINT, still_stopping)
-    signal.signal(signal.SIGTERM, still_stopping)
-
-
-def still_stopping(signum=None, frame=None) -> None:
-    """Say what is left of a stop and how to quit at once (once a process)."""
-    if not _SAID:
-        _SAID.append(signum)
-        print(f"atoll: still stopping: committing what finished, then stopping Ray (seconds). kill -9 "
-              f"{os.getpid()} quits at once; a resume then redoes the last seconds' work.", file=sys.stderr,
-              flush=True)
-
-
-_SAID: list = []

@@ -232,7 +232,7 @@ class Search(EvaluatorPool, Outcomes, LostActors):
             if searching and not self.seed_error:  # budget spent: now and then a prompt variant for later runs
                 self.events += self.memory.rewrite_variant(self.proposals.ask_text, self.proposals.first_model())
         except KeyboardInterrupt:
-            faults.stopping()  # a second Ctrl-C must not break off the last commit
+            signals.stopping()  # a second Ctrl-C must not break off the last commit
             status = "interrupted"
             self._cancel_all()
         except Exception as exc:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from contextlib import contextmanager
 
@@ -60,3 +61,27 @@ def ctrl_c_as_such():
 def interrupted(exc: BaseException) -> bool:
     """Whether `exc` is DuckDB's answer to a Ctrl-C."""
     return isinstance(exc, RuntimeError) and str(exc).strip() == "Query interrupted"
+
+
+def stopping() -> None:
+    """Once a stop began (Ctrl-C, SIGTERM, `atoll stop`), what remains takes seconds: the last commit,
+    the run's end in the archive and the library, Ray's shutdown. A second Ctrl-C would break those
+    off halfway; from now on Ctrl-C and SIGTERM say once what is left and how to quit at once, and are
+    otherwise ignored. Only the main thread may set handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    signal.signal(signal.SIGINT, still_stopping)
+    signal.signal(signal.SIGTERM, still_stopping)
+
+
+def still_stopping(signum=None, frame=None) -> None:
+    """Say what is left of a stop and how to quit at once, once a process (a signal handler: it
+    imports nothing, as a signal may come in the middle of an import)."""
+    if not _SAID:
+        _SAID.append(signum)
+        print(f"atoll: still stopping: committing what finished, then stopping Ray (seconds). kill -9 "
+              f"{os.getpid()} quits at once; a resume then redoes the last seconds' work.", file=sys.stderr,
+              flush=True)
+
+
+_SAID: list = []
