@@ -11,6 +11,7 @@ import sys
 import textwrap
 
 from controller.config import ConfigError
+from store import signals
 
 EPILOG = """examples:
   atoll run configs/inventory.toml                  search with the embedded mutator
@@ -179,7 +180,6 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _stoppable()
     from controller import commands
-    from store.signals import interrupted
 
     if args.command in _SEARCHING:
         commands.stop_on_signals()
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return _interrupted(args)
     except Exception as exc:
-        if interrupted(exc):  # DuckDB's word for a Ctrl-C during a query
+        if signals.interrupted(exc):  # DuckDB's word for a Ctrl-C during a query
             return _interrupted(args)
         if not damaged(exc):
             raise
@@ -209,10 +209,7 @@ def _interrupted(args) -> int:
     """A Ctrl-C (or SIGTERM) that stopped a command outside its search loop (while it started, say):
     one line, no traceback, and the command that continues once there is something to continue."""
     if args.command in _SEARCHING:  # what is left (closing the archive, Ray's shutdown) is not broken off
-        # store.signals imports nothing of Ray's: this Ctrl-C may have cut `import ray` short
-        from store.signals import stopping
-
-        stopping()
+        signals.stopping()  # store.signals imports nothing of Ray's: this Ctrl-C may have cut `import ray` short
     then = getattr(args, "continue_with", lambda: None)()
     print(f"atoll {args.command}: stopped (Ctrl-C or SIGTERM); what was committed before stays"
           + (f". Continue with: {then}" if then else ""), file=sys.stderr, flush=True)

@@ -1,7 +1,6 @@
 """The CLI's commands; each returns an exit status."""
 from __future__ import annotations
 
-import copy
 import json
 import signal
 import sys
@@ -95,11 +94,11 @@ def cmd_resume(args) -> int:
     with rundir.open_archive(run_dir) as archive, LiveReads(archive, run_dir):
         run_id, run = _latest_run(archive, run_dir, "resume")
         args.continue_with = lambda: resume_command(run_dir)
-        config = validate(run["config"])
+        stored = config = validate(run["config"])
         _refuse_failed_seed(archive, run_id)
         if getattr(args, "set", None):  # e.g. a resume that adds or drops an LLM model
-            config = validate(apply_overrides(copy.deepcopy(run["config"]), list(args.set)))
-            _same_domain(validate(run["config"]), config, archive.count_evaluations(run_id, "search"))
+            config = validate(apply_overrides(run["config"], list(args.set)))
+            _same_domain(stored, config, archive.count_evaluations(run_id, "search"))
         _keys_checked(config)
         args.control = _control_setup(config)
         if getattr(args, "set", None):
@@ -217,7 +216,6 @@ def _search_and_report(config, archive, run_id, run_dir, args) -> int:
     from controller.loop import Search
 
     memory = _memory_checked(config, archive, run_id, run_dir)
-    stop_on_signals()  # also when called without the CLI
     archive.set_run_status(run_id, "running")
     hide = (str(run_dir.resolve()),)
     secrets = _stored_secrets(archive, run_id, run_dir)
