@@ -10,9 +10,13 @@ stopped once it is up). Between the actors' start and the shutdown, each run idl
 seconds with its two actors alive and measures the CPU that every process of its Ray spends
 meanwhile (the driver and all it started: what a run pays each second beside its work), then
 their memory (PSS, shared pages counted once).
-The script prints the medians of each step and the load average around them.
+The script prints the medians of each step and the load average around them. With
+`--against DIR`, a third way "DIR" runs `start_local` of the Atoll checkout in DIR (an older
+commit, say) in every round too, so a change to it is measured side by side.
 
     unshare -n sh -c 'ip link set lo up && python3 benchmarks/ray_start.py --rounds 5'
+    git worktree add /tmp/atoll-old HEAD~1
+    unshare -n sh -c 'ip link set lo up && python3 benchmarks/ray_start.py --rounds 3 --idle 20 --against /tmp/atoll-old'
 """
 from __future__ import annotations
 
@@ -105,13 +109,15 @@ STEPS = ("init", "actors", "shutdown")
 
 
 def one(way: str, idle: float) -> dict:
+    """One run of `way`: "before", "now", or the path of another Atoll checkout (its start_local)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the path comes from `way` alone
-    proc = subprocess.run([sys.executable, "-c", ONE.format(root=str(ROOT), way=way, idle=idle)], env=env, cwd="/",
+    root = way if way not in WAYS else str(ROOT)
+    proc = subprocess.run([sys.executable, "-c", ONE.format(root=root, way=way, idle=idle)], env=env, cwd="/",
                           capture_output=True, text=True, timeout=300, check=False)
     if proc.returncode:
         sys.exit(f"the {way} run failed:\n{proc.stderr[-2000:]}")
     figures = json.loads(proc.stdout.strip().splitlines()[-1])
-    if not all(f.startswith(str(ROOT)) for f in figures["found"]):
+    if not all(f.startswith(root) for f in figures["found"]):
         sys.exit(f"the {way} run's actors imported Atoll from elsewhere: {figures['found']}")
     return figures
 
@@ -122,13 +128,21 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=10.0,
                         help="seconds each run idles with its actors alive while its Ray's CPU is measured "
                              "(default 10; 0 skips it)")
+    parser.add_argument("--against", metavar="DIR",
+                        help="also run start_local of the Atoll checkout in DIR in every round, alternated")
     args = parser.parse_args()
+    ways = WAYS
+    if args.against:
+        against = str(Path(args.against).resolve())
+        if not (Path(against) / "controller" / "actors.py").is_file():
+            sys.exit(f"--against {args.against}: no Atoll checkout there (no controller/actors.py)")
+        ways = (*WAYS, against)
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
-    runs: dict[str, list[dict]] = {w: [] for w in WAYS}
+    runs: dict[str, list[dict]] = {w: [] for w in ways}
     for i in range(args.rounds):
-        for way in WAYS if i % 2 == 0 else reversed(WAYS):
+        for way in ways if i % 2 == 0 else reversed(ways):
             runs[way].append(one(way, args.idle))
-    for way in WAYS:
+    for way in ways:
         med = {s: statistics.median(r[s] for r in runs[way]) for s in STEPS}
         total = statistics.median(sum(r[s] for s in STEPS) for r in runs[way])
         print(f"{way:6s} median of {args.rounds}: ray.init {med['init']:.2f} s, two actors ready "

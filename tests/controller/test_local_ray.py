@@ -57,6 +57,9 @@ with open(f"/proc/{{raylet}}/environ", "rb") as f:  # what the raylet hands its 
 print(json.dumps({{"found": found, "runtime_env": job, "auth": os.environ.get("RAY_AUTH_MODE"),
                   "own token": "RAY_AUTH_TOKEN" in os.environ,
                   "agent's": environ.get(b"REPORTER_UPDATE_INTERVAL_MS", b"").decode(),
+                  "metrics": environ.get(b"RAY_enable_metrics_collection", b"").decode(),
+                  "event stats": environ.get(b"RAY_event_stats", b"").decode(),
+                  "driver's metrics": os.environ.get("RAY_enable_metrics_collection"),
                   "driver's": os.environ.get("REPORTER_UPDATE_INTERVAL_MS"),
                   "session": ray._private.worker._global_node.get_session_dir_path()}}), flush=True)
 if os.environ.get("END_IN_A_TRACEBACK"):
@@ -104,6 +107,9 @@ def test_a_local_rays_workers_import_atoll_and_the_callers_path_and_its_idle_hel
     assert (tmp_path / "home" / ".ray" / "auth_token").is_file() == (home == "a home of its own")
     assert probe["agent's"] == own.get("REPORTER_UPDATE_INTERVAL_MS", "60000")
     assert probe["driver's"] == own.get("REPORTER_UPDATE_INTERVAL_MS"), "the driver's own environment is left as it was"
+    # no metrics or event-loop timings recorded for a dashboard that is not started
+    assert (probe["metrics"], probe["event stats"]) == ("0", "0")
+    assert probe["driver's metrics"] is None
     assert left == ([Path(probe["session"]).name, "session_latest"] if ends else []), left
 
 
