@@ -94,6 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--ray-address", help="join this Ray cluster (default: RAY_ADDRESS, else start a local Ray)")
     sub.choices["resume"].add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                                        help="change a config value for the rest of the run (e.g. the LLM models)")
+    sub.choices["resume"].add_argument("--from-backup", action="store_true",
+                                       help="first put the run directory's archive.backup.duckdb (made every "
+                                            "controller.backup_every_s) in the archive's place, keeping the archive "
+                                            "it replaces: for an archive that is damaged or lost")
     for p in (run, sub.choices["resume"]):
         p.add_argument("--ray-address", help="join this Ray cluster (default: RAY_ADDRESS, else start a local Ray)")
         p.add_argument("--no-report", action="store_true", help="skip the held-out table at the end")
@@ -153,6 +157,8 @@ def _add_cluster_commands(sub) -> None:
                                                   "job's working directory)")
     submit.add_argument("--resume", metavar="RUN_DIR", help="submit `atoll resume RUN_DIR` instead (a run "
                                                             "directory on the driver's node)")
+    submit.add_argument("--from-backup", action="store_true", help="with --resume: resume from the run "
+                        "directory's archive.backup.duckdb, keeping the archive it replaces (atoll resume --help)")
     submit.add_argument("--address", help=address)
     submit.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override a config value (repeatable)")
@@ -195,10 +201,11 @@ def main(argv: list[str] | None = None) -> int:
             return _interrupted(args)
         if not damaged(exc):
             raise
+        from controller import backup
         print(f"atoll: an archive cannot be read: {str(exc).strip().splitlines()[0]}. The file is damaged or cut "
               "short (a disk error, a copy that did not finish): a resume cannot start from it, though `atoll query` "
               "may still read its undamaged parts. If the run directory exists elsewhere (the node it ran on, a "
-              "backup), give that copy", file=sys.stderr)
+              f"backup), give that copy{backup.offer(getattr(args, 'run_dir', None))}", file=sys.stderr)
         return 2
 
 

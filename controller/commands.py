@@ -91,6 +91,10 @@ def cmd_resume(args) -> int:
     from store.live import LiveReads
 
     run_dir = Path(args.run_dir)
+    if getattr(args, "from_backup", False):
+        from controller.backup import restore
+
+        console.print(restore(run_dir), soft_wrap=True)
     with rundir.open_archive(run_dir) as archive, LiveReads(archive, run_dir):
         run_id, run = _latest_run(archive, run_dir, "resume")
         args.continue_with = lambda: resume_command(run_dir)

@@ -67,6 +67,7 @@ class ControllerConfig(_Strict):
     in_flight_per_actor: int = Field(2, ge=1, le=16, description="Evaluations queued per evaluator actor.")
     commit_every_s: float = Field(1.0, gt=0, description="Longest time a finished result waits before it is committed.")
     snapshot_every_s: float = Field(3.0, gt=0, description="How often the islands are saved into the archive (with the first commit due after that time), so a resume replays only the results committed since.")
+    backup_every_s: float = Field(1800.0, ge=0, description="How often the run's archive is copied whole to archive.backup.duckdb in its run directory (between two commits, so the copy is consistent), for a resume from it if the archive is ever damaged: `atoll resume DIR --from-backup`. The first copy is made this long after the run or resume starts; 0: no backups.")
     heldout_on_new_best: bool = Field(True, description="Check every new best program on the held-out split (never shown to the mutator).")
     actor_death_retries: int = Field(1, ge=0, le=10, description="Times a job that was running when its actor's process died is run again (on a fresh actor); after that an evaluation is stored FAILED with the reason and a mutation request is dropped.")
 

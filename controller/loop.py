@@ -16,6 +16,7 @@ from ray.exceptions import RayActorError, RayTaskError
 
 from controller import faults
 from controller.actors import evaluator_count, new_evaluator, new_mutator
+from controller.backup import Backups
 from controller.cluster import KIND, SPLIT, EvaluatorPool, Pending
 from controller.dedup import Dedup
 from controller.helm import Helm
@@ -194,6 +195,8 @@ class Search(EvaluatorPool, Outcomes, LostActors):
         progress = self.progress = Progress(self, self.config.run.max_evals, self.config.run.max_wall_s)
         cadence = Cadence(self.config.controller.commit_every_s, self.config.controller.snapshot_every_s,
                           time.monotonic())
+        backups = Backups(self.config.controller.backup_every_s, self.archive, self.run_dir, self.notices,
+                          time.monotonic())
         drain_until = None
         status = "completed"
         try:
@@ -226,6 +229,8 @@ class Search(EvaluatorPool, Outcomes, LostActors):
                     due = cadence.due(time.monotonic())
                     if due == "publish":
                         self.publish()
+                        if backups.due(time.monotonic()):  # right after a commit: the copy holds it
+                            self.events.append(backups.make(self.done))
                     elif due == "commit":
                         self.commit()
                     progress.update(self.helm.searched_s(time.monotonic()))

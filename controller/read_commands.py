@@ -62,12 +62,14 @@ def _status_llm(run_dir: Path, run_id: str) -> None:
 
 def query_run(run_dir: Path, sql: str):
     """Run read-only SQL on a run's archive (live or not): (columns, rows, note); bad SQL is a UserError."""
-    from store.query import QueryError, run_query
+    from controller.backup import offer
+    from store.query import QueryError, is_damaged, run_query
 
     try:
-        return run_query(run_dir, sql)
+        cols, rows, note = run_query(run_dir, sql)
     except QueryError as exc:
-        raise UserError(str(exc)) from None
+        raise UserError(f"{exc}{offer(run_dir) if is_damaged(str(exc)) else ''}") from None
+    return cols, rows, (f"{note}{offer(run_dir)}" if is_damaged(note) else note)
 
 
 def print_rows(cols, rows, note, as_json=False) -> None:

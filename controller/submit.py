@@ -228,6 +228,8 @@ def entrypoint(args, config, shipped_config: str | None) -> tuple[str, str]:
     if args.resume:
         run_dir = run_dir_for("", "", args.resume)
         words = ["python", "-m", "controller", "resume", shell_path(run_dir)]
+        if args.from_backup:
+            words.append("--from-backup")
     else:
         run_dir = run_dir_for(config.run.name, args.storage_root or config.cluster.storage_root, args.run_dir)
         words = ["python", "-m", "controller", "run", shlex.quote(shipped_config), "--run-dir", shell_path(run_dir)]
@@ -330,6 +332,8 @@ def cmd_submit(args) -> int:
 
     if bool(args.config) == bool(args.resume):
         raise UserError("submit: give a CONFIG to start a run, or --resume RUN_DIR to continue one (not both)")
+    if args.from_backup and not args.resume:
+        raise UserError("submit: --from-backup goes with --resume RUN_DIR (a new run has no backup)")
     args.set = list(args.set) + ([f"run.max_evals={args.max_evals}"] if args.max_evals is not None else [])
     domain = [item for item in args.set if item.split("=", 1)[0].strip().startswith("domain.")]
     if args.resume and domain:  # the job's `atoll resume` would refuse it (controller.commands._same_domain)

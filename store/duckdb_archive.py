@@ -14,6 +14,8 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import os
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -113,6 +115,25 @@ class DuckDBArchive:
     def cursor(self):
         """A connection of its own to the same database, for another thread."""
         return self.con.cursor()
+
+    def backup(self, target: Path) -> int:
+        """Copy the archive whole to `target`, holding what was committed so far; its size in bytes.
+
+        The log is folded into the file first, and nothing is written until the copy ends (call it
+        between writes, from the writing thread; live reads may go on). The copy is made under a
+        temporary name, flushed to disk and renamed, so `target` is a whole archive whenever the
+        process is killed, and a failed copy (a full disk) leaves the last one as it was.
+        """
+        self.con.execute("CHECKPOINT")
+        tmp = target.with_name(target.name + ".tmp")
+        try:
+            shutil.copyfile(self.path, tmp)
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return target.stat().st_size
 
     # --- schema ---------------------------------------------------------------
     def migrate(self) -> list[int]:

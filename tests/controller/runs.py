@@ -48,11 +48,12 @@ def proposed_texts(run_dir) -> int:
     return rows[0][0]
 
 
-def committed_ids(run_dir) -> set[str]:
-    """Program ids of the committed search evaluations (no driver may hold the archive)."""
-    if not (Path(run_dir) / "archive.duckdb").exists():
+def committed_ids(run_dir, name: str = "archive.duckdb") -> set[str]:
+    """Program ids of the committed search evaluations (no driver may hold the archive): in the
+    archive, or in another file of the run directory (its backup)."""
+    if not (Path(run_dir) / name).exists():
         return set()
-    with DuckDBArchive(Path(run_dir) / "archive.duckdb", read_only=True) as archive:
+    with DuckDBArchive(Path(run_dir) / name, read_only=True) as archive:
         rows = archive.con.execute("SELECT program_id FROM evaluations WHERE split = 'search'").fetchall()
     return {pid for (pid,) in rows}
 

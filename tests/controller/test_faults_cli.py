@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from store.query import QueryError
+from store.query import QueryError, run_query
 from tests.controller.runs import (CONFIG, TINY, atoll, committed_ids, counts, kill_group, proposed_texts, start,
                                    tiny_domain, wait_for_evaluations)
 
@@ -145,14 +145,20 @@ def _live_count(run_dir) -> int:
 def test_a_chain_of_kill_9_at_random_moments_loses_nothing_and_completes_the_budget_exactly(tmp_path):
     seed = int.from_bytes(os.urandom(4), "little")
     rng, run_dir, budget = random.Random(seed), tmp_path / "run", 16
-    first = ["run", CONFIG, "--run-dir", run_dir, "--max-evals", budget, "--no-report", *TINY]
-    kept, kills, proc = set(), [], None
+    # the archive is backed up after nearly every commit: a kill can land in a backup too
+    first = ["run", CONFIG, "--run-dir", run_dir, "--max-evals", budget, "--no-report", *TINY,
+             "--set", "controller.backup_every_s=0.3"]
+    kept, kills, proc, backed_up = set(), [], None, 0
     while len(kills) < 6:
         resume = (run_dir / "archive.duckdb").exists()
         proc = start(tmp_path, *(["resume", run_dir, "--no-report"] if resume else first))
         kill = _kill_at_a_random_moment(proc, run_dir, rng, len(kept))
         ids = committed_ids(run_dir)
         assert kept <= ids, f"a committed evaluation was lost (seed {seed}, kills {kills + [kill]})"
+        if (run_dir / "archive.backup.duckdb").exists():  # a whole archive, whenever the kill came
+            backup = committed_ids(run_dir, "archive.backup.duckdb")
+            assert backup <= ids, f"the backup holds what was never committed (seed {seed}, kills {kills + [kill]})"
+            backed_up = max(backed_up, len(backup))
         kept = ids
         if kill is None:
             break  # the run finished before the kill
@@ -167,6 +173,7 @@ def test_a_chain_of_kill_9_at_random_moments_loses_nothing_and_completes_the_bud
     assert proposed_texts(run_dir) == budget, context  # no program text was evaluated twice
     assert kept <= committed_ids(run_dir), context
     assert not (run_dir / "archive.sock").exists(), context  # a killed driver's stale socket is gone at the end
+    assert backed_up and not list(run_dir.glob("*.tmp")), context
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -246,6 +253,35 @@ def test_a_damaged_archive_is_one_line_that_says_so(tmp_path):
     status = atoll(tmp_path, "status", run_dir)  # never an offer to resume it
     assert "damaged archive: " in status.stderr and "it was cut short" in status.stderr, status.stderr
     assert "Continue with" not in status.stdout
+
+
+def test_a_damaged_archive_is_resumed_from_its_backup_which_keeps_the_damaged_file(tmp_path):
+    """A disk error after hours of search: the run's backup (made every controller.backup_every_s)
+    is offered where the damage is reported, and `resume --from-backup` completes the budget from it."""
+    run_dir, budget = tmp_path / "run", 8
+    out = atoll(tmp_path, "run", CONFIG, "--run-dir", run_dir, "--max-evals", budget, "--no-report", *TINY,
+                "--set", "controller.backup_every_s=0.3")
+    assert out.returncode == 0, out.stderr
+    backup, path = run_dir / "archive.backup.duckdb", run_dir / "archive.duckdb"
+    saved = committed_ids(run_dir, backup.name)
+    assert saved and saved <= committed_ids(run_dir)
+    _, rows, _ = run_query(run_dir, "SELECT count(*) FROM events WHERE kind = 'archive-backed-up'")
+    assert rows[0][0] >= 1
+    path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
+    cut = path.read_bytes()
+    offer = f"can be resumed from, keeping the damaged file: atoll resume {run_dir} --from-backup"
+    refused = atoll(tmp_path, "resume", run_dir, timeout=60)
+    assert refused.returncode == 2 and offer in _one_line(refused.stderr), refused.stderr
+    assert offer in atoll(tmp_path, "status", run_dir).stderr
+    done = atoll(tmp_path, "resume", run_dir, "--from-backup", "--no-report")
+    assert done.returncode == 0, done.stderr
+    kept = list(run_dir.glob("archive.replaced-*.duckdb"))
+    assert len(kept) == 1 and kept[0].read_bytes() == cut  # the damaged file, as it was
+    assert "atoll: the archive is now its backup of " in done.stdout
+    assert f"({len(saved)} search evaluations committed then;" in done.stdout
+    assert saved <= committed_ids(run_dir) and counts(run_dir) == (budget, budget)
+    again = atoll(tmp_path, "resume", tmp_path / "nowhere", "--from-backup")
+    assert again.returncode == 2 and "holds no backup (archive.backup.duckdb)" in _one_line(again.stderr)
 
 
 def test_resuming_a_completed_run_says_so_and_starts_nothing_and_the_domain_cannot_change(tmp_path):

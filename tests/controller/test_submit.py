@@ -182,6 +182,18 @@ def test_a_resume_that_would_change_the_domain_is_refused_before_it_is_sent(tmp_
     assert "--set domain.options.search_periods=9: a resume cannot change the domain or its options" in out.stderr
 
 
+def test_a_resume_from_the_backup_is_what_the_job_runs_and_a_new_run_has_none(tmp_path):
+    from controller.cli import build_parser
+    from controller.submit import entrypoint
+
+    args = build_parser().parse_args(["submit", "--resume", "/runs/r 1", "--from-backup", "--no-report"])
+    command, run_dir = entrypoint(args, None, None)
+    assert command == "python -m controller resume '/runs/r 1' --from-backup --no-report" and run_dir == "/runs/r 1"
+    out = atoll(tmp_path, "submit", CONFIG, "--from-backup", "--address", "http://127.0.0.1:9", timeout=60)
+    assert out.returncode == 2 and out.stderr.strip().count("\n") == 0, out.stderr
+    assert "submit: --from-backup goes with --resume RUN_DIR (a new run has no backup)" in out.stderr
+
+
 def test_a_config_elsewhere_whose_domain_file_is_not_beside_it_is_refused(tmp_path):
     config = tmp_path / "c.toml"
     config.write_text((ROOT / CONFIG).read_text().replace('path = "fixed_cost.py"',

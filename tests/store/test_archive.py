@@ -1,9 +1,13 @@
 """Store contract: real DuckDB files, one transaction per batch, migrations, views."""
+import errno
+import os
+import subprocess
 import time
 
 import duckdb
 import pytest
 
+from controller.backup import Backups
 from store.duckdb_archive import DuckDBArchive, migrations
 from store.records import Candidate, EvalResult, Status
 
@@ -310,3 +314,54 @@ def test_cut_short_finds_a_truncated_file_and_never_one_duckdb_shortened_itself(
     path.write_bytes(path.read_bytes()[:size // 2])
     with duckdb.connect(str(path), read_only=True) as con:
         assert "it was cut short" in cut_short(con, path)
+
+
+def _search_ids(path) -> set[str]:
+    with DuckDBArchive(path, read_only=True) as copy:
+        return {pid for (pid,) in copy.con.execute("SELECT program_id FROM evaluations WHERE split = 'search'").fetchall()}
+
+
+def test_a_backup_holds_what_was_committed_while_a_live_read_is_open_and_a_full_disk_keeps_the_last(tmp_path):
+    """The backup (controller.backup) is a whole archive of the commits so far, the log folded in;
+    a copy that cannot be written (a real full tmpfs) leaves the last backup as it was, and no part file."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(disk)], capture_output=True,
+                             text=True, check=False)
+    if mounted.returncode != 0:  # not root, or root without CAP_SYS_ADMIN
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        target = disk / "archive.backup.duckdb"
+        with DuckDBArchive(tmp_path / "archive.duckdb") as archive:
+            archive.create_run("r1", {})
+            archive.record([(cand(f"a{i}"), ok(f"a{i}", -1.0)) for i in range(20)])
+            reader = archive.cursor()  # a live query in another connection, its transaction open
+            reader.execute("BEGIN")
+            assert reader.execute("SELECT count(*) FROM programs").fetchone() == (20,)
+            size = archive.backup(target)
+            reader.execute("COMMIT")
+            assert size == target.stat().st_size
+            # programs that do not compress: the archive outgrows the disk's 3 MiB
+            archive.record([(cand(f"b{i}", code=f"x = {os.urandom(2000).hex()!r}\n"), ok(f"b{i}", -2.0))
+                            for i in range(2000)])
+            with pytest.raises(OSError) as failed:
+                archive.backup(target)
+            assert failed.value.errno == errno.ENOSPC
+            archive.record([(cand("c"), ok("c", -3.0))])  # the archive goes on as before
+            assert len(_search_ids(target)) == 20 and not list(disk.glob("*.tmp"))
+            # the run loop's side: said once while it fails, the run goes on, and said when it works again
+            notices: list[str] = []
+            backups = Backups(60.0, archive, disk, notices, now=0.0)
+            assert not backups.due(59.0) and backups.due(60.0)
+            assert [backups.make(5)[0], backups.make(5)[0]] == ["backup-failed", "backup-failed"]
+            assert len(notices) == 1 and "the archive's backup could not be written" in notices[0]
+            assert "No space left on device" in notices[0] and "the last backup stays" in notices[0]
+            subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
+            kind, data = backups.make(2021)
+            assert kind == "archive-backed-up" and data["search_evaluations"] == 2021
+            assert data["bytes"] == target.stat().st_size and len(_search_ids(target)) == 2021
+            assert notices[1] == f"atoll: the archive's backup is written again ({target})"
+        assert _search_ids(tmp_path / "archive.duckdb") == {f"a{i}" for i in range(20)} | {
+            f"b{i}" for i in range(2000)} | {"c"}
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)

@@ -1,0 +1,122 @@
+"""Backups of a run's archive: a whole copy now and then, to resume from if the archive is damaged.
+
+A disk error, or a copy of the run directory that did not finish, leaves an archive that DuckDB
+cannot read, and no resume can start from it (`controller.cli` says so in one line). Every
+`controller.backup_every_s` the driver folds the archive's log into its file and copies the
+file to `archive.backup.duckdb` beside it, between two commits, so the copy holds exactly what
+was committed (`store.duckdb_archive.DuckDBArchive.backup`: under a temporary name, flushed to
+disk, then renamed, so the backup is a whole archive whenever the driver is killed).
+`atoll resume DIR --from-backup` puts the backup in the archive's place, keeps the file it
+replaces, and the run goes on from the backup's last commit.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+from controller.cli import UserError
+from controller.rundir import ARCHIVE, in_use
+
+BACKUP = "archive.backup.duckdb"
+
+
+class Backups:
+    """When the loop backs the archive up, and the backing up itself."""
+
+    def __init__(self, every_s: float, archive, run_dir, notices: list, now: float):
+        self.every_s, self.archive, self.path, self.notices = every_s, archive, Path(run_dir) / BACKUP, notices
+        self.next_at = now + every_s if every_s else None
+        self.failed = False
+
+    def due(self, now: float) -> bool:
+        return self.next_at is not None and now >= self.next_at
+
+    def make(self, evaluations: int) -> tuple[str, dict]:
+        """Back the archive up now; the event to archive. A backup that fails (a full disk) is said
+        once on stderr, and the run goes on: its own commits come first, and the last backup stays."""
+        began = time.monotonic()
+        self.next_at = began + self.every_s
+        try:
+            size = self.archive.backup(self.path)
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+            if not self.failed:
+                self.failed = True
+                self.notices.append(f"atoll: the archive's backup could not be written ({self.path}: {why}); the run "
+                                    f"goes on, and the last backup stays; tries again every "
+                                    f"{self.every_s:g} s (controller.backup_every_s)")
+            return "backup-failed", {"error": why}
+        if self.failed:
+            self.failed = False
+            self.notices.append(f"atoll: the archive's backup is written again ({self.path})")
+        return "archive-backed-up", {"bytes": size, "seconds": round(time.monotonic() - began, 3),
+                                     "search_evaluations": evaluations}
+
+
+def when(path: Path) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(path.stat().st_mtime))
+
+
+def offer(run_dir) -> str:
+    """What a message about a damaged archive adds when the run directory holds a backup ('' if none)."""
+    if not run_dir:
+        return ""
+    backup = Path(run_dir) / BACKUP
+    if not backup.is_file():
+        return ""
+    return (f". Its backup of {when(backup)} can be resumed from, keeping the damaged file: "
+            f"atoll resume {run_dir} --from-backup")
+
+
+def restore(run_dir: Path) -> str:
+    """Put the run directory's backup in its archive's place, keeping the archive it replaces
+    under a name of its own; the line that says what was done. Nothing is moved unless the
+    backup reads and no live driver holds the archive."""
+    import duckdb
+
+    from store.duckdb_archive import DuckDBArchive
+    from store.readonly import first_line, is_lock_error
+
+    backup, archive = run_dir / BACKUP, run_dir / ARCHIVE
+    if not backup.is_file():
+        raise UserError(f"{run_dir} holds no backup ({BACKUP}): a run makes one every controller.backup_every_s "
+                        "(1800 s by default) once it has run that long")
+    try:
+        with DuckDBArchive(backup, read_only=True) as copy:
+            done = copy.con.execute("SELECT count(*) FROM evaluations WHERE split = 'search'").fetchone()[0]
+    except Exception as exc:  # noqa: BLE001  whatever DuckDB found, the backup cannot be resumed from
+        raise UserError(f"{backup} cannot be read either: {first_line(exc)}; nothing was changed") from None
+    if archive.exists():
+        try:  # a live driver's lock comes before any read of the file, damaged or not
+            duckdb.connect(str(archive), read_only=True).close()
+        except Exception as exc:  # noqa: BLE001  only the lock matters here: the archive may well be damaged
+            if is_lock_error(exc):
+                raise in_use(run_dir, str(exc)) from None
+    kept = None
+    if archive.exists():
+        kept = run_dir / f"archive.replaced-{time.strftime('%Y%m%d-%H%M%S')}.duckdb"
+        os.replace(archive, kept)
+        wal = archive.with_name(archive.name + ".wal")
+        if wal.exists():
+            os.replace(wal, kept.with_name(kept.name + ".wal"))
+    tmp = run_dir / f".{ARCHIVE}.{os.getpid()}.restoring"
+    try:
+        shutil.copyfile(backup, tmp)
+        _flush(tmp)
+        os.replace(tmp, archive)
+    finally:
+        tmp.unlink(missing_ok=True)
+    _flush(run_dir)
+    return (f"atoll: the archive is now its backup of {when(backup)} ({done} search evaluations committed then; what "
+            "was committed after it is not in it, and LLM calls made after it are not counted in the budget)"
+            + (f"; the archive it replaced is kept as {kept}" if kept else ""))
+
+
+def _flush(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
