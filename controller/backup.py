@@ -17,9 +17,7 @@ import time
 from pathlib import Path
 
 from controller.cli import UserError
-from controller.rundir import ARCHIVE, in_use
-
-BACKUP = "archive.backup.duckdb"
+from controller.rundir import ARCHIVE, BACKUP, in_use
 
 
 class Backups:

@@ -17,6 +17,7 @@ from pathlib import Path
 from controller.cli import UserError
 
 ARCHIVE = "archive.duckdb"
+BACKUP = "archive.backup.duckdb"  # controller.backup
 
 
 def open_archive(run_dir: Path, read_only: bool = False, patience_s: float = 3.0):
@@ -29,7 +30,7 @@ def open_archive(run_dir: Path, read_only: bool = False, patience_s: float = 3.0
     from store.readonly import is_lock_error
 
     if not (run_dir / ARCHIVE).is_file():
-        raise UserError(f"{run_dir} is not a run directory (no {ARCHIVE} in it)")
+        raise UserError(f"{run_dir} is not a run directory (no {ARCHIVE} in it){backup_left(run_dir)}")
     deadline = time.monotonic() + patience_s
     while True:
         try:
@@ -42,6 +43,13 @@ def open_archive(run_dir: Path, read_only: bool = False, patience_s: float = 3.0
             if time.monotonic() > deadline:
                 raise in_use(run_dir, str(exc)) from None
         time.sleep(0.1)
+
+
+def backup_left(run_dir: Path) -> str:
+    """What a message about a missing archive adds when the run directory still holds its backup."""
+    if not (run_dir / BACKUP).is_file():
+        return ""
+    return f", but its backup is there ({BACKUP}): atoll resume {run_dir} --from-backup"
 
 
 def not_yours(run_dir: Path, read_only: bool) -> UserError:

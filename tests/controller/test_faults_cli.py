@@ -7,6 +7,7 @@ input refused before the run exists.
 import errno
 import os
 import random
+import shutil
 import signal
 import subprocess
 import time
@@ -282,6 +283,13 @@ def test_a_damaged_archive_is_resumed_from_its_backup_which_keeps_the_damaged_fi
     assert saved <= committed_ids(run_dir) and counts(run_dir) == (budget, budget)
     again = atoll(tmp_path, "resume", tmp_path / "nowhere", "--from-backup")
     assert again.returncode == 2 and "holds no backup (archive.backup.duckdb)" in _one_line(again.stderr)
+    lost = tmp_path / "lost"  # the archive itself gone, its backup left
+    lost.mkdir()
+    shutil.copyfile(backup, lost / backup.name)
+    said = atoll(tmp_path, "status", lost)
+    assert said.returncode == 2 and _one_line(said.stderr) == (
+        f"atoll: {lost} is not a run directory (no archive.duckdb in it), but its backup is there "
+        f"(archive.backup.duckdb): atoll resume {lost} --from-backup")
 
 
 def test_resuming_a_completed_run_says_so_and_starts_nothing_and_the_domain_cannot_change(tmp_path):
