@@ -11,6 +11,7 @@ replaces, and the run goes on from the backup's last commit.
 """
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import time
@@ -27,6 +28,8 @@ class Backups:
         self.every_s, self.archive, self.path, self.notices = every_s, archive, Path(run_dir) / BACKUP, notices
         self.next_at = now + every_s if every_s else None
         self.failed = False
+        # a copy a killed driver left unfinished (this driver holds the archive: no other is making one)
+        self.path.with_name(self.path.name + ".tmp").unlink(missing_ok=True)
 
     def due(self, now: float) -> bool:
         return self.next_at is not None and now >= self.next_at
@@ -37,6 +40,7 @@ class Backups:
         began = time.monotonic()
         self.next_at = began + self.every_s
         try:
+            self._room()
             size = self.archive.backup(self.path)
         except OSError as exc:
             why = exc.strerror or str(exc)
@@ -51,6 +55,25 @@ class Backups:
             self.notices.append(f"atoll: the archive's backup is written again ({self.path})")
         return "archive-backed-up", {"bytes": size, "seconds": round(time.monotonic() - began, 3),
                                      "search_evaluations": evaluations}
+
+
+    def _room(self) -> None:
+        """Refuse a copy the disk has no room for before it is begun: filling the disk, even for the
+        moment until the copy fails, could fail the archive's own next commit, or another run's."""
+        source = self.archive.path
+        wal = source.with_name(source.name + ".wal")
+        need = source.stat().st_size + (wal.stat().st_size if wal.exists() else 0) + ROOM_LEFT
+        free = shutil.disk_usage(self.path.parent).free
+        if free < need:
+            raise OSError(errno.ENOSPC, f"{_mib(free)} free, and a copy needs about {_mib(need)} "
+                                        f"({_mib(ROOM_LEFT)} of it left free for the run's own commits)")
+
+
+ROOM_LEFT = 64 * 2**20  # what a backup leaves free on the run directory's disk
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:,.0f} MiB"
 
 
 def when(path: Path) -> str:
