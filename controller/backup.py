@@ -19,6 +19,7 @@ from pathlib import Path
 
 from controller.cli import UserError
 from controller.rundir import ARCHIVE, BACKUP, in_use
+from store.duckdb_archive import ArchiveDamaged
 
 
 class Backups:
@@ -44,18 +45,25 @@ class Backups:
             size = self.archive.backup(self.path)
         except OSError as exc:
             why = exc.strerror or str(exc)
-            if not self.failed:
-                self.failed = True
-                self.notices.append(f"atoll: the archive's backup could not be written ({self.path}: {why}); the run "
-                                    f"goes on, and the last backup stays; tries again every "
-                                    f"{self.every_s:g} s (controller.backup_every_s)")
-            return "backup-failed", {"error": why}
+            return self._failed(why, f"the archive's backup could not be written ({self.path}: {why}); the run "
+                                     "goes on, and the last backup stays")
+        except ArchiveDamaged as exc:  # the archive's own file: the last backup is its last whole copy
+            last = f"the last backup ({self.path}, of {when(self.path)})" if self.path.exists() else "no backup"
+            return self._failed(str(exc), f"the archive reads as damaged ({exc}); {last} is kept as it was. "
+                                          "The run goes on; to go back to that backup, stop it and resume with "
+                                          "--from-backup")
         if self.failed:
             self.failed = False
             self.notices.append(f"atoll: the archive's backup is written again ({self.path})")
         return "archive-backed-up", {"bytes": size, "seconds": round(time.monotonic() - began, 3),
                                      "search_evaluations": evaluations}
 
+
+    def _failed(self, why: str, notice: str) -> tuple[str, dict]:
+        if not self.failed:  # said once until a backup works again
+            self.failed = True
+            self.notices.append(f"atoll: {notice}; tries again every {self.every_s:g} s (controller.backup_every_s)")
+        return "backup-failed", {"error": why}
 
     def _room(self) -> None:
         """Refuse a copy the disk has no room for before it is begun: filling the disk, even for the

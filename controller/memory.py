@@ -303,8 +303,15 @@ class RunMemory:
         except LibraryError as exc:
             return (f"library not updated ({exc}); the run's archive keeps everything, and "
                     f"`atoll resume {self.run_dir}` sends it again")
-        return (f"library {self.library.path}: {len(elites)} elites kept, {len(learned)} skills learned, "
+        line = (f"library {self.library.path}: {len(elites)} elites kept, {len(learned)} skills learned, "
                 f"{len(uses)} skill uses")
+        try:  # at most once an hour, whichever run ends (store.library: back_up)
+            self.library.back_up()
+        except LibraryError as exc:
+            line += f"; its backup was not made: {exc}"
+        except OSError as exc:
+            line += f"; its backup was not made ({self.library.backup_path}: {exc.strerror or exc})"
+        return line
 
     def _contribution(self) -> tuple[list[dict], list[dict], list[dict]]:
         con = self.archive.con

@@ -62,6 +62,39 @@ def _gc_paused():
             gc.enable()
 
 
+def copy_whole(source: Path, target: Path) -> None:
+    """Copy the DuckDB file `source` (its log folded in, nobody writing) to `target`: under a
+    temporary name, read whole (`read_whole`), flushed to disk, then renamed, so `target` stays the
+    last whole copy whenever the process is killed or the copy fails (a full disk, damage)."""
+    tmp = target.with_name(target.name + ".tmp")
+    try:
+        shutil.copyfile(source, tmp)
+        read_whole(tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def read_whole(path: Path) -> None:
+    """Read every stored value of the archive at `path` (an aggregate over every column of every
+    table), so DuckDB checks each block it reads; damage raises ArchiveDamaged."""
+    try:
+        con = duckdb.connect(str(path), read_only=True, config=CONFIG)
+        try:
+            missing = cut_short(con, path)
+            if missing:
+                raise ArchiveDamaged(missing)
+            tables = con.execute("SELECT table_name FROM duckdb_tables() WHERE NOT internal").fetchall()
+            for (table,) in tables:
+                con.execute(f'SELECT bit_xor(hash(COLUMNS(*))) FROM "{table}"').fetchall()
+        finally:
+            con.close()
+    except duckdb.Error as exc:
+        raise ArchiveDamaged(f"{path} does not read whole: {str(exc).strip().splitlines()[0]}") from None
+
+
 def migrations() -> list[tuple[int, str, str]]:
     """(version, name, sql) of every schema file, in order."""
     found = []
@@ -121,18 +154,13 @@ class DuckDBArchive:
 
         The log is folded into the file first, and nothing is written until the copy ends (call it
         between writes, from the writing thread; live reads may go on). The copy is made under a
-        temporary name, flushed to disk and renamed, so `target` is a whole archive whenever the
-        process is killed, and a failed copy (a full disk) leaves the last one as it was.
+        temporary name, read whole, flushed to disk and renamed, so `target` is a whole archive
+        whenever the process is killed, and a failed copy (a full disk) leaves the last one as it
+        was. Reading every column of every table makes DuckDB check every block's checksum: an
+        archive a disk error damaged raises ArchiveDamaged and never replaces the last good backup.
         """
         self.con.execute("CHECKPOINT")
-        tmp = target.with_name(target.name + ".tmp")
-        try:
-            shutil.copyfile(self.path, tmp)
-            with open(tmp, "rb+") as f:
-                os.fsync(f.fileno())
-            os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
+        copy_whole(self.path, target)
         return target.stat().st_size
 
     # --- schema ---------------------------------------------------------------

@@ -19,6 +19,7 @@ variable, else `library.duckdb` in the user's data directory (platformdirs).
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Callable, TypeVar
 
@@ -27,12 +28,14 @@ import platformdirs
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
 
 from store import signals
+from store.duckdb_archive import ArchiveDamaged, copy_whole
 from store.readonly import first_line, is_lock_error
 
 ENV = "ATOLL_LIBRARY"
 SCHEMA_DIR = Path(__file__).with_name("library_schema")
 T = TypeVar("T")
 _DAMAGE_RETRIES = 3
+BACKUP_EVERY_S = 3600.0  # a run's end backs the library up when its backup is older than this
 _FRESH = "move it aside (or delete it) to start a fresh library, or point ATOLL_LIBRARY elsewhere"
 
 
@@ -76,6 +79,52 @@ class Library:
     def transaction(self, work: Callable[[duckdb.DuckDBPyConnection], T], busy_timeout_s: float | None = None) -> T:
         """Open, migrate if needed, run `work(con)` in one transaction, close; retried while busy
         (for `busy_timeout_s`, default the library's)."""
+        return self._retried(lambda: self._once(work), busy_timeout_s)
+
+    @property
+    def backup_path(self) -> Path:
+        """Where the library's backup goes: beside it, `library.backup.duckdb` for `library.duckdb`."""
+        return self.path.with_name(f"{self.path.stem}.backup{self.path.suffix}")
+
+    def back_up(self, older_than_s: float = BACKUP_EVERY_S) -> bool:
+        """Copy the library whole to `backup_path` unless a backup younger than `older_than_s` is
+        there; True if it copied. The file is held as for a transaction (no other run writes
+        meanwhile), its log folded in, the copy read whole (a damaged library raises LibraryError
+        and never replaces the last good backup), flushed and renamed into place."""
+        target = self.backup_path
+        if target.exists() and time.time() - target.stat().st_mtime < older_than_s:
+            return False
+        if not self.path.exists():
+            return False
+
+        def once() -> bool:
+            con = self._connect()
+            try:
+                if not self._version(con):  # nothing stored yet
+                    return False
+                con.execute("CHECKPOINT")
+                copy_whole(self.path, target)
+            finally:
+                con.close()
+            return True
+        try:
+            return self._retried(once)
+        except ArchiveDamaged as exc:
+            raise LibraryError(f"the library {self.path} reads as damaged ({exc}); its backup was not replaced"
+                               f"{self._backup_hint()}") from None
+
+    def _backup_hint(self) -> str:
+        """How to go back to the backup, when there is one ('' if none)."""
+        target = self.backup_path
+        if not target.is_file():
+            return ""
+        made = time.strftime("%Y-%m-%d %H:%M", time.localtime(target.stat().st_mtime))
+        return (f". Its backup of {made} is {target}: to go back to it, move the damaged file aside and copy the "
+                f"backup in its place (mv {self.path} {self.path}.damaged && cp {target} {self.path})")
+
+    def _retried(self, once: Callable[[], T], busy_timeout_s: float | None = None) -> T:
+        """`once()`, retried while another process holds the file (for `busy_timeout_s`, default the
+        library's) and a few times on what looks like damage; then one line for the user."""
         patience = self.busy_timeout_s if busy_timeout_s is None else busy_timeout_s
         damage_seen = []
 
@@ -92,13 +141,14 @@ class Library:
         try:
             for attempt in retrying:
                 with attempt:
-                    return self._once(work)
+                    return once()
         except duckdb.Error as exc:
             if is_lock_error(exc):
                 raise LibraryBusy(f"the library {self.path} stayed busy for {patience:g} s: "
                                   f"{first_line(exc)}") from None
             if _is_damage(exc):
-                raise LibraryError(f"cannot read the library {self.path}: {first_line(exc)}; {_FRESH}") from None
+                raise LibraryError(f"cannot read the library {self.path}: {first_line(exc)}; {_FRESH}"
+                                   f"{self._backup_hint()}") from None
             raise
 
     def ensure(self) -> int:
@@ -136,7 +186,8 @@ class Library:
         except duckdb.Error as exc:
             if is_lock_error(exc) or _is_damage(exc):
                 raise  # retried, then reported by `transaction`
-            raise LibraryError(f"cannot read the library {self.path}: {first_line(exc)}; {_FRESH}") from None
+            raise LibraryError(f"cannot read the library {self.path}: {first_line(exc)}; {_FRESH}"
+                               f"{self._backup_hint()}") from None
 
     def _version(self, con) -> int:
         tables = {name for (name,) in con.execute(

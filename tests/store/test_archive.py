@@ -2,6 +2,7 @@
 import errno
 import os
 import re
+import shutil
 import subprocess
 import time
 
@@ -9,7 +10,7 @@ import duckdb
 import pytest
 
 from controller.backup import Backups
-from store.duckdb_archive import DuckDBArchive, migrations
+from store.duckdb_archive import ArchiveDamaged, DuckDBArchive, migrations
 from store.records import Candidate, EvalResult, Status
 
 
@@ -369,5 +370,23 @@ def test_a_backup_holds_what_was_committed_while_a_live_read_is_open_and_a_full_
             assert notices[1] == f"atoll: the archive's backup is written again ({target})"
         assert _search_ids(tmp_path / "archive.duckdb") == {f"a{i}" for i in range(20)} | {
             f"b{i}" for i in range(2000)} | {"c"}
+        # a disk error in the archive's file: the copy does not read whole, and the last backup stays
+        damaged = tmp_path / "damaged" / "archive.duckdb"
+        damaged.parent.mkdir()
+        shutil.copyfile(tmp_path / "archive.duckdb", damaged)
+        with open(damaged, "r+b") as f:  # the middle of each block of 256 KiB in the file's second half
+            for block in range(3 * 4096, damaged.stat().st_size - 2**18, 2**18):
+                if block > damaged.stat().st_size // 2:
+                    f.seek(block + 2**17)
+                    f.write(os.urandom(4096))
+        before = target.read_bytes()
+        with DuckDBArchive(damaged) as archive:
+            with pytest.raises(ArchiveDamaged, match="does not read whole: Corrupt database file"):
+                archive.backup(target)
+            assert target.read_bytes() == before and not list(disk.glob("*.tmp"))
+            backups = Backups(60.0, archive, disk, notices, now=0.0)
+            assert backups.make(2021)[0] == "backup-failed"
+        assert "atoll: the archive reads as damaged (" in notices[2], notices[2]
+        assert f"the last backup ({target}, of " in notices[2] and "resume with --from-backup" in notices[2]
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)

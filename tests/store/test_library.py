@@ -167,3 +167,33 @@ def test_elites_are_chosen_by_search_score_from_the_runs_asked_for(tmp_path):
     assert [e["program_id"] for e in lib.transaction(lambda con: records.elites(con, run_ids=["r3"]))] == ["e"]
     lib.transaction(lambda con: records.replace_elites(con, "r1", [elite("z", -0.7, "Z")]))  # a resume replaces
     assert [e["program_id"] for e in lib.transaction(lambda con: records.elites(con, run_ids=["r1"]))] == ["z"]
+
+
+def _skill_ids(path) -> set[str]:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return {skill_id for (skill_id,) in con.execute("SELECT skill_id FROM skills").fetchall()}
+    finally:
+        con.close()
+
+
+def test_a_backup_is_made_at_most_hourly_and_a_damaged_library_says_how_to_go_back_to_it(tmp_path):
+    path = tmp_path / "library.duckdb"
+    lib = Library(path)
+    assert lib.back_up() is False and not lib.backup_path.exists()  # no library yet: nothing to keep
+    lib.transaction(lambda con: records.add_skills(con, [_skill("sk-1", "r1", "c1")]))
+    assert lib.back_up() is True and lib.backup_path == tmp_path / "library.backup.duckdb"
+    lib.transaction(lambda con: records.add_skills(con, [_skill("sk-2", "r2", "c2")]))
+    assert lib.back_up() is False and _skill_ids(lib.backup_path) == {"sk-1"}  # the backup is under an hour old
+    assert lib.back_up(older_than_s=0) is True and _skill_ids(lib.backup_path) == {"sk-1", "sk-2"}
+    saved = lib.backup_path.read_bytes()
+    path.write_bytes(path.read_bytes()[:5000])  # a disk error
+    with pytest.raises(LibraryError) as err:
+        lib.ensure()
+    way_back = f"mv {path} {path}.damaged && cp {lib.backup_path} {path}"
+    assert "\n" not in str(err.value) and "Its backup of " in str(err.value) and way_back in str(err.value)
+    with pytest.raises(LibraryError):
+        lib.back_up(older_than_s=0)
+    assert lib.backup_path.read_bytes() == saved and not list(tmp_path.glob("*.tmp"))  # never replaced by damage
+    subprocess.run(way_back, shell=True, check=True)  # what the message says to do
+    assert {s["skill_id"] for s in lib.transaction(lambda con: records.skills(con))} == {"sk-1", "sk-2"}
