@@ -17,6 +17,8 @@ import shutil
 import time
 from pathlib import Path
 
+import duckdb
+
 from controller.cli import UserError
 from controller.rundir import ARCHIVE, BACKUP, in_use
 from store.duckdb_archive import ArchiveDamaged
@@ -43,8 +45,8 @@ class Backups:
         try:
             self._room()
             size = self.archive.backup(self.path)
-        except OSError as exc:
-            why = exc.strerror or str(exc)
+        except (OSError, duckdb.Error) as exc:  # a week-long run is not ended by its backup
+            why = getattr(exc, "strerror", None) or str(exc).strip().splitlines()[0]
             return self._failed(why, f"the archive's backup could not be written ({self.path}: {why}); the run "
                                      "goes on, and the last backup stays")
         except ArchiveDamaged as exc:  # the archive's own file: the last backup is its last whole copy
@@ -57,7 +59,6 @@ class Backups:
             self.notices.append(f"atoll: the archive's backup is written again ({self.path})")
         return "archive-backed-up", {"bytes": size, "seconds": round(time.monotonic() - began, 3),
                                      "search_evaluations": evaluations}
-
 
     def _failed(self, why: str, notice: str) -> tuple[str, dict]:
         if not self.failed:  # said once until a backup works again
@@ -103,8 +104,6 @@ def restore(run_dir: Path) -> str:
     """Put the run directory's backup in its archive's place, keeping the archive it replaces
     under a name of its own; the line that says what was done. Nothing is moved unless the
     backup reads and no live driver holds the archive."""
-    import duckdb
-
     from store.duckdb_archive import DuckDBArchive
     from store.readonly import first_line, is_lock_error
 

@@ -69,7 +69,10 @@ def copy_whole(source: Path, target: Path) -> None:
     tmp = target.with_name(target.name + ".tmp")
     try:
         shutil.copyfile(source, tmp)
-        read_whole(tmp)
+        try:
+            read_whole(tmp)
+        except ArchiveDamaged as exc:
+            raise ArchiveDamaged(f"{source}, copied, does not read whole: {exc}") from None
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, target)
@@ -79,7 +82,8 @@ def copy_whole(source: Path, target: Path) -> None:
 
 def read_whole(path: Path) -> None:
     """Read every stored value of the archive at `path` (an aggregate over every column of every
-    table), so DuckDB checks each block it reads; damage raises ArchiveDamaged."""
+    table), so DuckDB checks each block it reads; damage raises ArchiveDamaged, a Ctrl-C
+    KeyboardInterrupt, any other error of DuckDB's is raised as it is."""
     try:
         con = duckdb.connect(str(path), read_only=True, config=CONFIG)
         try:
@@ -91,8 +95,13 @@ def read_whole(path: Path) -> None:
                 con.execute(f'SELECT bit_xor(hash(COLUMNS(*))) FROM "{table}"').fetchall()
         finally:
             con.close()
+    except duckdb.InterruptException:
+        raise KeyboardInterrupt from None  # a Ctrl-C during the reading (store.signals)
     except duckdb.Error as exc:
-        raise ArchiveDamaged(f"{path} does not read whole: {str(exc).strip().splitlines()[0]}") from None
+        text = str(exc).strip()
+        if text.startswith("Corrupt database file") or "Could not read enough bytes from file" in text:
+            raise ArchiveDamaged(text.splitlines()[0]) from None
+        raise
 
 
 def migrations() -> list[tuple[int, str, str]]:
