@@ -24,6 +24,9 @@ from controller.rundir import ARCHIVE, BACKUP, in_use
 from store.duckdb_archive import ArchiveDamaged
 
 
+SEARCH_COUNT = "SELECT count(*) FROM evaluations WHERE split = 'search'"
+
+
 class Backups:
     """When the loop backs the archive up, and the backing up itself."""
 
@@ -113,7 +116,7 @@ def restore(run_dir: Path) -> str:
                         "(1800 s by default) once it has run that long")
     try:
         with DuckDBArchive(backup, read_only=True) as copy:
-            done = copy.con.execute("SELECT count(*) FROM evaluations WHERE split = 'search'").fetchone()[0]
+            done = copy.con.execute(SEARCH_COUNT).fetchone()[0]
     except Exception as exc:  # noqa: BLE001  whatever DuckDB found, the backup cannot be resumed from
         raise UserError(f"{backup} cannot be read either: {first_line(exc)}; nothing was changed") from None
     if archive.exists():

@@ -39,11 +39,35 @@ def cmd_status(args) -> int:
     print_rows(cols, rows, note)
     if rows:
         _status_llm(run_dir, rows[-1][0])
+        if not is_damaged(note):
+            _status_backup(run_dir)
     if not is_live(note) and not is_damaged(note) and any(row[1] == "running" for row in rows):
         console.print("no driver holds this run: it stopped without ending (crash, kill or lost machine); "
                       f"everything committed is kept. Continue with: atoll resume {run_dir} (a run submitted as a "
                       f"Ray job: atoll submit --resume {run_dir} --address http://HEAD:8265)", soft_wrap=True)
     return 0
+
+
+def _status_backup(run_dir: Path) -> None:
+    """When the archive's backup (controller.backup) was made, and what it holds."""
+    import duckdb
+
+    from controller.backup import SEARCH_COUNT, when
+    from controller.rundir import BACKUP
+
+    backup = run_dir / BACKUP
+    if not backup.is_file():
+        return
+    try:  # the file itself (a run renames each new backup into place whole)
+        con = duckdb.connect(str(backup), read_only=True)
+        try:
+            held = f", {con.execute(SEARCH_COUNT).fetchone()[0]} search evaluations"
+        finally:
+            con.close()
+    except duckdb.Error as exc:
+        held = f", which does not open ({str(exc).strip().splitlines()[0][:200]})"
+    console.print(f"backup: {backup}, of {when(backup)}{held} (if the archive is ever damaged: atoll resume "
+                  f"{run_dir} --from-backup)", soft_wrap=True)
 
 
 def _status_llm(run_dir: Path, run_id: str) -> None:

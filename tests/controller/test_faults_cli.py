@@ -268,6 +268,9 @@ def test_a_damaged_archive_is_resumed_from_its_backup_which_keeps_the_damaged_fi
     assert saved and saved <= committed_ids(run_dir)
     _, rows, _ = run_query(run_dir, "SELECT count(*) FROM events WHERE kind = 'archive-backed-up'")
     assert rows[0][0] >= 1
+    shown = atoll(tmp_path, "status", run_dir).stdout  # when it was made, and what it holds
+    assert f"backup: {backup}, of " in shown and (f", {len(saved)} search evaluations (if the archive is ever "
+                                                  f"damaged: atoll resume {run_dir} --from-backup)") in shown, shown
     path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
     cut = path.read_bytes()
     offer = f"can be resumed from, keeping the damaged file: atoll resume {run_dir} --from-backup"
