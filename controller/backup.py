@@ -23,7 +23,6 @@ from controller.cli import UserError
 from controller.rundir import ARCHIVE, BACKUP, in_use
 from store.duckdb_archive import ArchiveDamaged
 
-
 SEARCH_COUNT = "SELECT count(*) FROM evaluations WHERE split = 'search'"
 
 
