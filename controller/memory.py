@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -106,6 +107,7 @@ class RunMemory:
         self.variant_of: dict[str, str] = {}  # in-flight LLM child id -> the prompt variant it was asked with
         self.pending = {"skills": [], "uses": []}
         self.last_flush, self.flush_error = 0.0, ""
+        self.known_at: str | None = None  # where the library knew this run before this driver's first write
         self.learner = SkillLearner(self.domain, self.fingerprint, entry_point, self.memory.validate_every,
                                     self.memory.min_gain, self._validated())
         self.plan = self._plan()
@@ -113,6 +115,19 @@ class RunMemory:
         self.rng = np.random.default_rng([config.run.seed, 16])
         best = archive.best_program(run_id, "search")
         self.flush(archive.count_evaluations(run_id, "search"), best and best["score"], force=True)
+        self._say_if_copied()
+
+    def _say_if_copied(self) -> None:
+        """One line when the library knew this run in another directory that still holds a run's
+        archive: one directory is a copy of the other (copied to go on elsewhere, or to branch)."""
+        other = self.known_at
+        if not other or other == self.run_dir or not (Path(other) / "archive.duckdb").is_file():
+            return
+        print(f"atoll: the library knew run {self.run_id} at {other}, which still holds a run's archive (a copy of "
+              f"this one, or this of it); it now follows {self.run_dir}. Both copies write to the library as run "
+              f"{self.run_id} (its elites are those of the copy that wrote last); to keep a branch apart, start "
+              f"it as a run of its own, warm-started from this one: atoll run CONFIG --set memory.warm_start=true "
+              f"--set 'memory.warm_from=[\"{self.run_dir}\"]'", file=sys.stderr, flush=True)
 
     @property
     def active(self) -> bool:
@@ -269,6 +284,8 @@ class RunMemory:
         variant_uses = list(self.variants.pending) if self.variants is not None else []
 
         def write(con):
+            if self.known_at is None:  # this driver's first write: where the library knew the run until now
+                self.known_at = records.run_dir_of(con, self.run_id) or ""
             records.upsert_run(con, row)
             records.add_skills(con, skills)
             records.add_skill_uses(con, uses)

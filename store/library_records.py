@@ -40,6 +40,12 @@ def upsert_run(con, run: dict) -> None:
          "warm_start": _json(run["warm_start"]) if run.get("warm_start") else None})
 
 
+def run_dir_of(con, run_id: str) -> str | None:
+    """The directory the catalog knows the run at (None for a run it does not know)."""
+    row = con.execute("SELECT run_dir FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    return row[0] if row else None
+
+
 def runs(con, domain: str | None = None) -> list[dict]:
     return _dicts(con.execute(
         "SELECT run_id, run_dir, domain, fingerprint, status, evaluations, best_search_score, warm_start, "

@@ -212,3 +212,23 @@ def test_a_warm_start_elite_joins_every_island_again_on_a_resume(archive):
                     (Candidate("elite", "r1", 0, 0, (), CHILD, WARM, 0.0), _ok("elite", -0.8))])
     islands = load_islands(archive, "r1", config, 2).islands
     assert [island.best().program_id for island in islands.islands] == ["elite"] * 3
+
+
+def test_a_resumed_copy_of_a_run_directory_says_the_library_now_follows_it_and_a_move_says_nothing(
+        archive, tmp_path, capsys):
+    original, copy = (tmp_path / "run").resolve(), (tmp_path / "copy").resolve()
+    RunMemory(_config(), archive, "r1", original)  # the library knows r1 here
+    copy.mkdir()
+    (copy / "archive.duckdb").write_bytes((original / "archive.duckdb").read_bytes())
+    capsys.readouterr()
+    RunMemory(_config(), archive, "r1", copy)  # the copy resumed while the original is still there
+    said = capsys.readouterr().err.strip()
+    assert said.startswith(f"atoll: the library knew run r1 at {original}, which still holds a run's archive")
+    assert f"it now follows {copy}." in said and "\n" not in said
+    assert f"--set memory.warm_start=true --set 'memory.warm_from=[\"{copy}\"]'" in said
+    assert Library(default_path()).transaction(lambda con: records.run_dir_of(con, "r1")) == str(copy)
+    RunMemory(_config(), archive, "r1", copy)  # resumed there again: nothing new to say
+    assert capsys.readouterr().err == ""
+    (copy / "archive.duckdb").unlink()  # the copy was a move after all: its source is gone
+    RunMemory(_config(), archive, "r1", original)
+    assert capsys.readouterr().err == ""
