@@ -12,10 +12,11 @@ driver can answer live read-only queries from a cursor of its own (`store/live.p
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import json
 import os
-import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -68,7 +69,7 @@ def copy_whole(source: Path, target: Path) -> None:
     last whole copy whenever the process is killed or the copy fails (a full disk, damage)."""
     tmp = target.with_name(target.name + ".tmp")
     try:
-        shutil.copyfile(source, tmp)
+        _copy_apart(source, tmp)
         try:
             read_whole(tmp)
         except ArchiveDamaged as exc:
@@ -78,6 +79,25 @@ def copy_whole(source: Path, target: Path) -> None:
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+_COPY = ("import shutil, sys\n"
+         "try:\n"
+         "    shutil.copyfile(sys.argv[1], sys.argv[2])\n"
+         "except OSError as exc:\n"
+         "    print(exc.errno or 0, exc.strerror or exc, sep='\\t', file=sys.stderr)\n"
+         "    sys.exit(3)\n")
+
+
+def _copy_apart(source: Path, target: Path) -> None:
+    """Copy a file in a child process. A process that closes any descriptor of a file loses every
+    fcntl lock it holds on that file (POSIX), DuckDB's own among them: a copy made in the process
+    that holds the database would let a second process open it. An OSError as the child met it."""
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", _COPY, str(source), str(target)], capture_output=True,
+                          text=True, check=False)
+    if proc.returncode:
+        code, _, why = proc.stderr.strip().rpartition("\n")[2].partition("\t")
+        raise OSError(int(code) if code.isdigit() and why else errno.EIO, why or proc.stderr.strip()[-300:])
 
 
 def read_whole(path: Path) -> None:

@@ -31,7 +31,8 @@ def _one_line(text: str) -> str:
 def test_two_runs_at_once_finish_and_a_second_driver_on_a_live_run_is_refused(tmp_path):
     a_dir, b_dir = tmp_path / "a", tmp_path / "b"
     (tmp_path / "a-file").write_text("")  # the report's reference figures cannot be cached under it: they fail
-    a = start(tmp_path, "run", CONFIG, "--run-dir", a_dir, "--max-evals", 8, "--no-report", *ONE_ACTOR)
+    a = start(tmp_path, "run", CONFIG, "--run-dir", a_dir, "--max-evals", 8, "--no-report", *ONE_ACTOR,
+              "--set", "controller.backup_every_s=0.3")  # a backup's copy must not drop the driver's lock
     try:
         b = start(tmp_path, "run", CONFIG, "--run-dir", b_dir, "--max-evals", 5, *ONE_ACTOR,
                   ATOLL_CACHE_DIR=str(tmp_path / "a-file" / "cache"))
@@ -40,9 +41,11 @@ def test_two_runs_at_once_finish_and_a_second_driver_on_a_live_run_is_refused(tm
         raise
     try:
         wait_for_evaluations(a_dir, 2, a)
+        while not (a_dir / "archive.backup.duckdb").exists() and a.poll() is None:
+            time.sleep(0.1)
         os.kill(a.pid, signal.SIGSTOP)  # A's driver holds its directory, however fast A would finish
         try:
-            for args in (["resume", a_dir], ["report", a_dir]):
+            for args in (["resume", a_dir], ["report", a_dir], ["resume", a_dir, "--from-backup"]):
                 out = atoll(tmp_path, *args)
                 assert out.returncode == 2, out
                 assert f"{a_dir} is in use by a live run (driver pid {a.pid})" in _one_line(out.stderr)
