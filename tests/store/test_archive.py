@@ -345,9 +345,9 @@ def test_a_backup_holds_what_was_committed_while_a_live_read_is_open_and_a_full_
             reader.execute("COMMIT")
             # the writer still holds its archive alone: a copy made in its own process would have
             # dropped DuckDB's lock (closing any descriptor of a file drops the process's locks on it)
-            other = subprocess.run([sys.executable, "-c", "import duckdb, sys; duckdb.connect(sys.argv[1], "
-                                    "read_only=True)", str(tmp_path / "archive.duckdb")], capture_output=True,
-                                   text=True, check=False)
+            opener = "import duckdb, sys; duckdb.connect(sys.argv[1], read_only=True)"
+            other = subprocess.run([sys.executable, "-c", opener, str(tmp_path / "archive.duckdb")],
+                                   capture_output=True, text=True, check=False)
             assert other.returncode != 0 and "Could not set lock on file" in other.stderr, other.stderr
             assert size == target.stat().st_size
             # programs that do not compress: the archive outgrows the disk's 3 MiB
