@@ -4,8 +4,9 @@ A disk error, or a copy of the run directory that did not finish, leaves an arch
 cannot read, and no resume can start from it (`controller.cli` says so in one line). Every
 `controller.backup_every_s` the driver folds the archive's log into its file and copies the
 file to `archive.backup.duckdb` beside it, between two commits, so the copy holds exactly what
-was committed (`store.duckdb_archive.DuckDBArchive.backup`: under a temporary name, flushed to
-disk, then renamed, so the backup is a whole archive whenever the driver is killed).
+was committed (`store.duckdb_archive.DuckDBArchive.backup`: copied by a child process under a
+temporary name, read whole, flushed to disk, then renamed, so the backup is a whole archive
+whenever the driver is killed, and a damaged archive never replaces the last good backup).
 `atoll resume DIR --from-backup` puts the backup in the archive's place, keeps the file it
 replaces, and the run goes on from the backup's last commit.
 """
@@ -21,7 +22,7 @@ import duckdb
 
 from controller.cli import UserError
 from controller.rundir import ARCHIVE, BACKUP, in_use
-from store.duckdb_archive import ArchiveDamaged
+from store.duckdb_archive import ArchiveDamaged, DuckDBArchive, read_whole
 
 SEARCH_COUNT = "SELECT count(*) FROM evaluations WHERE split = 'search'"
 
@@ -105,8 +106,7 @@ def offer(run_dir) -> str:
 def restore(run_dir: Path) -> str:
     """Put the run directory's backup in its archive's place, keeping the archive it replaces
     under a name of its own; the line that says what was done. Nothing is moved unless the
-    backup reads and no live driver holds the archive."""
-    from store.duckdb_archive import DuckDBArchive
+    backup reads whole and no live driver holds the archive."""
     from store.readonly import first_line, is_lock_error
 
     backup, archive = run_dir / BACKUP, run_dir / ARCHIVE
@@ -114,6 +114,7 @@ def restore(run_dir: Path) -> str:
         raise UserError(f"{run_dir} holds no backup ({BACKUP}): a run makes one every controller.backup_every_s "
                         "(1800 s by default) once it has run that long")
     try:
+        read_whole(backup)  # every block, checked
         with DuckDBArchive(backup, read_only=True) as copy:
             done = copy.con.execute(SEARCH_COUNT).fetchone()[0]
     except Exception as exc:  # noqa: BLE001  whatever DuckDB found, the backup cannot be resumed from
