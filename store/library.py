@@ -19,6 +19,7 @@ variable, else `library.duckdb` in the user's data directory (platformdirs).
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from pathlib import Path
 from typing import Callable, TypeVar
@@ -119,8 +120,9 @@ class Library:
         if not target.is_file():
             return ""
         made = time.strftime("%Y-%m-%d %H:%M", time.localtime(target.stat().st_mtime))
+        here, aside, there = (shlex.quote(str(p)) for p in (self.path, f"{self.path}.damaged", target))
         return (f". Its backup of {made} is {target}: to go back to it, move the damaged file aside and copy the "
-                f"backup in its place (mv {self.path} {self.path}.damaged && cp {target} {self.path})")
+                f"backup in its place (mv {here} {aside} && cp {there} {here})")
 
     def _retried(self, once: Callable[[], T], busy_timeout_s: float | None = None) -> T:
         """`once()`, retried while another process holds the file (for `busy_timeout_s`, default the
