@@ -22,7 +22,7 @@ import duckdb
 
 from controller.cli import UserError
 from controller.rundir import ARCHIVE, BACKUP, in_use
-from store.duckdb_archive import ArchiveDamaged, DuckDBArchive, read_whole
+from store.duckdb_archive import ArchiveDamaged, DuckDBArchive, copy_whole
 
 SEARCH_COUNT = "SELECT count(*) FROM evaluations WHERE split = 'search'"
 
@@ -113,32 +113,30 @@ def restore(run_dir: Path) -> str:
     if not backup.is_file():
         raise UserError(f"{run_dir} holds no backup ({BACKUP}): a run makes one every controller.backup_every_s "
                         "(1800 s by default) once it has run that long")
-    try:
-        read_whole(backup)  # every block, checked
-        with DuckDBArchive(backup, read_only=True) as copy:
-            done = copy.con.execute(SEARCH_COUNT).fetchone()[0]
-    except Exception as exc:  # noqa: BLE001  whatever DuckDB found, the backup cannot be resumed from
-        raise UserError(f"{backup} cannot be read either: {first_line(exc)}; nothing was changed") from None
     if archive.exists():
         try:  # a live driver's lock comes before any read of the file, damaged or not
             duckdb.connect(str(archive), read_only=True).close()
         except Exception as exc:  # noqa: BLE001  only the lock matters here: the archive may well be damaged
             if is_lock_error(exc):
                 raise in_use(run_dir, str(exc)) from None
+    staged = run_dir / f".{ARCHIVE}.{os.getpid()}.restoring"
     kept = None
-    if archive.exists():
-        kept = run_dir / f"archive.replaced-{time.strftime('%Y%m%d-%H%M%S')}.duckdb"
-        os.replace(archive, kept)
-        wal = archive.with_name(archive.name + ".wal")
-        if wal.exists():
-            os.replace(wal, kept.with_name(kept.name + ".wal"))
-    tmp = run_dir / f".{ARCHIVE}.{os.getpid()}.restoring"
     try:
-        shutil.copyfile(backup, tmp)
-        _flush(tmp)
-        os.replace(tmp, archive)
+        try:  # the copy read whole (every block checked) before anything is moved
+            copy_whole(backup, staged)
+            with DuckDBArchive(staged, read_only=True) as copy:
+                done = copy.con.execute(SEARCH_COUNT).fetchone()[0]
+        except (ArchiveDamaged, duckdb.Error) as exc:
+            raise UserError(f"{backup} cannot be read either: {first_line(exc)}; nothing was changed") from None
+        if archive.exists():
+            kept = run_dir / f"archive.replaced-{time.strftime('%Y%m%d-%H%M%S')}.duckdb"
+            os.replace(archive, kept)
+            wal = archive.with_name(archive.name + ".wal")
+            if wal.exists():
+                os.replace(wal, kept.with_name(kept.name + ".wal"))
+        os.replace(staged, archive)
     finally:
-        tmp.unlink(missing_ok=True)
+        staged.unlink(missing_ok=True)
     _flush(run_dir)
     return (f"atoll: the archive is now its backup of {when(backup)} ({done} search evaluations committed then; what "
             "was committed after it is not in it, and LLM calls made after it are not counted in the budget)"

@@ -227,7 +227,6 @@ def damaged(exc: BaseException) -> bool:
     """Whether DuckDB found a file it cannot read as written: a block past its end, or one whose
     checksum does not match. Any other error is a bug of Atoll's, and keeps its traceback."""
     from store.duckdb_archive import ArchiveDamaged
+    from store.readonly import is_damage_error
 
-    text = str(exc)
-    return isinstance(exc, ArchiveDamaged) or type(exc).__module__ in ("duckdb", "_duckdb") and (
-        text.startswith("Corrupt database file") or "Could not read enough bytes from file" in text)
+    return isinstance(exc, ArchiveDamaged) or is_damage_error(exc)

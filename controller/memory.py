@@ -22,6 +22,7 @@ from typing import Callable
 
 import numpy as np
 
+from controller.rundir import ARCHIVE
 from controller.skill_learning import SkillLearner
 from controller.variant_memory import VariantMemory
 from controller.warm_start import plan_warm_start, stored_plan
@@ -121,7 +122,7 @@ class RunMemory:
         """One line when the library knew this run in another directory that still holds a run's
         archive: one directory is a copy of the other (copied to go on elsewhere, or to branch)."""
         other = self.known_at
-        if not other or other == self.run_dir or not (Path(other) / "archive.duckdb").is_file():
+        if not other or other == self.run_dir or not (Path(other) / ARCHIVE).is_file():
             return
         print(f"atoll: the library knew run {self.run_id} at {other}, which still holds a run's archive (a copy of "
               f"this one, or this of it); it now follows {self.run_dir}. Both copies write to the library as run "

@@ -87,13 +87,13 @@ def _status_llm(run_dir: Path, run_id: str) -> None:
 def query_run(run_dir: Path, sql: str):
     """Run read-only SQL on a run's archive (live or not): (columns, rows, note); bad SQL is a UserError."""
     from controller.backup import offer
-    from controller.rundir import backup_left
+    from controller.rundir import ARCHIVE, backup_left
     from store.query import QueryError, is_damaged, run_query
 
     try:
         cols, rows, note = run_query(run_dir, sql)
     except QueryError as exc:
-        more = offer(run_dir) if is_damaged(str(exc)) else backup_left(run_dir) if "not a run directory" in str(exc) else ""
+        more = offer(run_dir) if is_damaged(str(exc)) else "" if (run_dir / ARCHIVE).is_file() else backup_left(run_dir)
         raise UserError(f"{exc}{more}") from None
     return cols, rows, (f"{note}{offer(run_dir)}" if is_damaged(note) else note)
 

@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from store import signals
 from store.hash_index import HashSet
-from store.readonly import cut_short
+from store.readonly import cut_short, is_damage_error
 from store.records import Candidate, EvalResult
 from store.writer import TableColumns, Writer, insert_arrow, to_json
 
@@ -72,8 +72,8 @@ def copy_whole(source: Path, target: Path) -> None:
         _copy_apart(source, tmp)
         try:
             read_whole(tmp)
-        except ArchiveDamaged as exc:
-            raise ArchiveDamaged(f"{source}, copied, does not read whole: {exc}") from None
+        except ArchiveDamaged as exc:  # named by its source: the copy is byte for byte, and is removed
+            raise ArchiveDamaged(f"{source}, copied, does not read whole: {str(exc).replace(str(tmp), str(source))}") from None
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, target)
@@ -118,9 +118,8 @@ def read_whole(path: Path) -> None:
     except duckdb.InterruptException:
         raise KeyboardInterrupt from None  # a Ctrl-C during the reading (store.signals)
     except duckdb.Error as exc:
-        text = str(exc).strip()
-        if text.startswith("Corrupt database file") or "Could not read enough bytes from file" in text:
-            raise ArchiveDamaged(text.splitlines()[0]) from None
+        if is_damage_error(exc):
+            raise ArchiveDamaged(str(exc).strip().splitlines()[0]) from None
         raise
 
 

@@ -79,6 +79,14 @@ def is_lock_error(exc: BaseException) -> bool:
     return isinstance(exc, duckdb.Error) and ("Could not set lock" in text or "Unique file handle conflict" in text)
 
 
+def is_damage_error(exc: BaseException) -> bool:
+    """Whether DuckDB found a file it cannot read as written: a block past its end, or one whose
+    checksum does not match."""
+    text = str(exc).strip()
+    return type(exc).__module__ in ("duckdb", "_duckdb") and (
+        text.startswith("Corrupt database file") or "Could not read enough bytes from file" in text)
+
+
 def cut_short(con, path: Path) -> str | None:
     """Why the file at `path`, open on `con`, cannot hold what it records; None when it can.
 
