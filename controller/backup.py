@@ -126,6 +126,7 @@ def restore(run_dir: Path) -> str:
             copy_whole(backup, staged)
             with DuckDBArchive(staged, read_only=True) as copy:
                 done = copy.con.execute(SEARCH_COUNT).fetchone()[0]
+                asked = copy.con.execute("SELECT count(*) FROM llm_calls").fetchone()[0]
         except (ArchiveDamaged, duckdb.Error) as exc:
             raise UserError(f"{backup} cannot be read either: {first_line(exc)}; nothing was changed") from None
         if archive.exists():
@@ -138,9 +139,9 @@ def restore(run_dir: Path) -> str:
     finally:
         staged.unlink(missing_ok=True)
     _flush(run_dir)
+    after = ", and LLM calls made after it are not counted in the budget" if asked else ""  # a run that asks models
     return (f"atoll: the archive is now its backup of {when(backup)} ({done} search evaluations committed then; what "
-            "was committed after it is not in it, and LLM calls made after it are not counted in the budget)"
-            + (f"; the archive it replaced is kept as {kept}" if kept else ""))
+            f"was committed after it is not in it{after})" + (f"; the archive it replaced is kept as {kept}" if kept else ""))
 
 
 def _flush(path: Path) -> None:

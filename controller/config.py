@@ -142,7 +142,7 @@ def parse_override(item: str) -> tuple[list[str], object]:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
         value = raw
-    return key.strip().split("."), value
+    return [part.strip() for part in key.split(".")], value
 
 
 def apply_overrides(tree: dict, overrides: list[str]) -> dict:

@@ -27,7 +27,7 @@ from controller.skill_learning import SkillLearner
 from controller.variant_memory import VariantMemory
 from controller.warm_start import plan_warm_start, stored_plan
 from store import library_records as records
-from store.library import Library, LibraryError, default_path
+from store.library import Library, LibraryBusy, LibraryError, default_path
 from store.records import Candidate, EvalResult, Status
 from workers.prompt_variants import PromptVariant
 from workers.skill_edits import SkillEdit
@@ -35,6 +35,7 @@ from workers.skills import Skill, rank_skills
 
 WARM = "warm-start"  # Candidate.mutator of an elite a warm start evaluates first (controller.resume.STARTS)
 _FLUSH_PATIENCE_S = 2.0  # longest a flush during the search waits for a busy library
+_BACKUP_RETRY_S = 300.0  # a library backup that failed during the run is tried again after this
 
 
 def fingerprint(domain, options: dict | None = None) -> str:
@@ -108,6 +109,8 @@ class RunMemory:
         self.variant_of: dict[str, str] = {}  # in-flight LLM child id -> the prompt variant it was asked with
         self.pending = {"skills": [], "uses": []}
         self.last_flush, self.flush_error = 0.0, ""
+        self.notices: list[str] = []  # lines for stderr during the run (controller.progress)
+        self.backup_failed, self.backup_retry_at = False, 0.0
         self.known_at: str | None = None  # where the library knew this run before this driver's first write
         self.learner = SkillLearner(self.domain, self.fingerprint, entry_point, self.memory.validate_every,
                                     self.memory.min_gain, self._validated())
@@ -300,6 +303,35 @@ class RunMemory:
         del self.pending["skills"][:len(skills)], self.pending["uses"][:len(uses)]
         if self.variants is not None:
             del self.variants.pending[:len(variant_uses)]
+        self._back_up_when_due()
+
+    def _back_up_when_due(self) -> None:
+        """Copy the library to its backup once that is `memory.backup_every_s` old, at a write during the
+        run: a run that goes on for weeks keeps the library's backup fresh, not only runs that end. A busy
+        library is tried at a later write; a failure is said once (until a backup is made again) and tried
+        again a few minutes later, and the run goes on."""
+        every = self.memory.backup_every_s
+        if not every or time.monotonic() < self.backup_retry_at:
+            return
+        try:
+            made = self.library.back_up(every, _FLUSH_PATIENCE_S)
+        except LibraryBusy:
+            return
+        except (LibraryError, OSError) as exc:
+            self.backup_retry_at = time.monotonic() + min(every, _BACKUP_RETRY_S)
+            if not self.backup_failed:
+                self.notices.append(f"atoll: the library's backup was not made ({self._backup_failure(exc)}); "
+                                    "the run goes on, and its backup is tried again in a few minutes")
+            self.backup_failed = True
+            return
+        if made and self.backup_failed:
+            self.notices.append(f"atoll: the library's backup is made again ({self.library.backup_path})")
+            self.backup_failed = False
+
+    def _backup_failure(self, exc: Exception) -> str:
+        if isinstance(exc, OSError):
+            return f"{self.library.backup_path}: {exc.strerror or exc}"
+        return str(exc)
 
     def finish(self, status: str, done: int, best: float | None) -> str:
         """The run's whole contribution, re-sent from its archive: catalog, elites, skills, uses.
@@ -323,12 +355,11 @@ class RunMemory:
                     f"`atoll resume {self.run_dir}` sends it again")
         line = (f"library {self.library.path}: {len(elites)} elites kept, {len(learned)} skills learned, "
                 f"{len(uses)} skill uses")
-        try:  # at most once an hour, whichever run ends (store.library: back_up)
-            self.library.back_up()
-        except LibraryError as exc:
-            line += f"; its backup was not made: {exc}"
-        except OSError as exc:
-            line += f"; its backup was not made ({self.library.backup_path}: {exc.strerror or exc})"
+        try:  # at most every memory.backup_every_s, whichever run ends or writes (store.library: back_up)
+            if self.memory.backup_every_s:
+                self.library.back_up(self.memory.backup_every_s)
+        except (LibraryError, OSError) as exc:
+            line += f"; its backup was not made ({self._backup_failure(exc)})"
         return line
 
     def _contribution(self) -> tuple[list[dict], list[dict], list[dict]]:

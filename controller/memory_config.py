@@ -37,6 +37,9 @@ class MemoryConfig(BaseModel):
                                  "library (catalog, skills, uses), at commit points. Each write opens the shared "
                                  "library file (tens of ms); nothing is lost between writes, because the run's "
                                  "end and every resume send its whole contribution again from its archive.")
+    backup_every_s: float = Field(3600.0, ge=0, description="Longest age of the library's backup "
+                                  "(library.backup.duckdb beside it): a run copies the library whole there at a "
+                                  "write to it, and at its end, once the backup is older. 0: no backups.")
     busy_timeout_s: float = Field(30.0, gt=0, description="How long one write waits while other runs hold the "
                                   "library; what it could not write is sent at the next commit point.")
 

@@ -38,9 +38,10 @@ class Progress:
     def _notices(self) -> None:
         """What the run's parts asked to say on stderr (a stalled embedded mutator, a model whose calls
         keep failing), in order."""
-        notices = getattr(self.search, "notices", None)
-        while notices:
-            self.console.print(notices.pop(0), highlight=False, markup=False, soft_wrap=True)
+        memory = getattr(self.search, "memory", None)
+        for notices in (getattr(self.search, "notices", None), getattr(memory, "notices", None)):
+            while notices:
+                self.console.print(notices.pop(0), highlight=False, markup=False, soft_wrap=True)
 
     def figures(self, elapsed: float) -> dict:
         s = self.search

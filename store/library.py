@@ -36,7 +36,7 @@ ENV = "ATOLL_LIBRARY"
 SCHEMA_DIR = Path(__file__).with_name("library_schema")
 T = TypeVar("T")
 _DAMAGE_RETRIES = 3
-BACKUP_EVERY_S = 3600.0  # a run's end backs the library up when its backup is older than this
+BACKUP_EVERY_S = 3600.0  # runs back the library up when its backup is older than this (memory.backup_every_s)
 _FRESH = "move it aside (or delete it) to start a fresh library, or point ATOLL_LIBRARY elsewhere"
 
 
@@ -87,11 +87,12 @@ class Library:
         """Where the library's backup goes: beside it, `library.backup.duckdb` for `library.duckdb`."""
         return self.path.with_name(f"{self.path.stem}.backup{self.path.suffix}")
 
-    def back_up(self, older_than_s: float = BACKUP_EVERY_S) -> bool:
+    def back_up(self, older_than_s: float = BACKUP_EVERY_S, busy_timeout_s: float | None = None) -> bool:
         """Copy the library whole to `backup_path` unless a backup younger than `older_than_s` is
         there; True if it copied. The file is held as for a transaction (no other run writes
-        meanwhile), its log folded in, the copy read whole (a damaged library raises LibraryError
-        and never replaces the last good backup), flushed and renamed into place."""
+        meanwhile; waiting `busy_timeout_s` for one that does, default the library's), its log
+        folded in, the copy read whole (a damaged library raises LibraryError and never replaces
+        the last good backup), flushed and renamed into place."""
         target = self.backup_path
         if target.exists() and time.time() - target.stat().st_mtime < older_than_s:
             return False
@@ -109,7 +110,7 @@ class Library:
                 con.close()
             return True
         try:
-            return self._retried(once)
+            return self._retried(once, busy_timeout_s)
         except ArchiveDamaged as exc:
             raise LibraryError(f"the library {self.path} reads as damaged ({exc}); its backup was not replaced"
                                f"{self._backup_hint()}") from None

@@ -286,6 +286,7 @@ def test_a_damaged_archive_is_resumed_from_its_backup_which_keeps_the_damaged_fi
     assert len(kept) == 1 and kept[0].read_bytes() == cut  # the damaged file, as it was
     assert "atoll: the archive is now its backup of " in done.stdout
     assert f"({len(saved)} search evaluations committed then;" in done.stdout
+    assert "LLM calls" not in done.stdout  # a run that asks no model hears nothing of their budget
     assert saved <= committed_ids(run_dir) and counts(run_dir) == (budget, budget)
     again = atoll(tmp_path, "resume", tmp_path / "nowhere", "--from-backup")
     assert again.returncode == 2 and "holds no backup (archive.backup.duckdb)" in _one_line(again.stderr)

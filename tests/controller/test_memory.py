@@ -1,6 +1,8 @@
 """A run's memory without Ray: skill checks on the validation split, library writes that survive a
 busy library and add up when re-sent, warm-start plans."""
+import os
 import subprocess
+import time
 import sys
 
 import numpy as np
@@ -232,3 +234,39 @@ def test_a_resumed_copy_of_a_run_directory_says_the_library_now_follows_it_and_a
     (copy / "archive.duckdb").unlink()  # the copy was a move after all: its source is gone
     RunMemory(_config(), archive, "r1", original)
     assert capsys.readouterr().err == ""
+
+
+def _backed_up(library):
+    """The run rows of the library's backup, as (status, evaluations)."""
+    rows = Library(library.backup_path).transaction(lambda con: records.runs(con))
+    return [(r["status"], r["evaluations"]) for r in rows]
+
+
+def test_a_run_that_never_ends_keeps_the_library_backed_up_and_says_once_when_it_cannot(archive, tmp_path):
+    library = Library(default_path())
+    memory = RunMemory(_config(backup_every_s=0.3), archive, "r1", tmp_path / "run")
+    assert _backed_up(library) == [("running", 0)]  # the run's first write made the library, then its backup
+    memory.flush(5, -0.9, force=True)
+    assert _backed_up(library) == [("running", 0)]  # under backup_every_s old: kept
+    time.sleep(0.35)
+    memory.flush(7, -0.8, force=True)  # a write once the backup is old copies the library again, mid-run
+    assert _backed_up(library) == [("running", 7)] and memory.notices == []
+    library.backup_path.unlink()
+    library.backup_path.mkdir()  # a backup that cannot be put in place, and an old one
+    os.utime(library.backup_path, (time.time() - 60, time.time() - 60))
+    memory.flush(8, -0.8, force=True)
+    [said] = memory.notices
+    assert said.startswith("atoll: the library's backup was not made (") and str(library.backup_path) in said
+    assert "the run goes on" in said and "\n" not in said
+    memory.backup_retry_at = 0.0  # as if minutes had passed: tried again, and not said again
+    memory.flush(9, -0.8, force=True)
+    assert len(memory.notices) == 1 and memory.backup_failed
+    library.backup_path.rmdir()
+    memory.backup_retry_at = 0.0
+    memory.flush(10, -0.7, force=True)
+    assert memory.notices[1] == f"atoll: the library's backup is made again ({library.backup_path})"
+    assert _backed_up(library) == [("running", 10)] and not list(library.path.parent.glob("*.tmp"))
+    off = RunMemory(_config(backup_every_s=0), archive, "r1", tmp_path / "run")
+    library.backup_path.unlink()
+    off.flush(11, -0.7, force=True)
+    assert off.finish("completed", 11, -0.7).startswith("library ") and not library.backup_path.exists()  # 0: none

@@ -175,11 +175,17 @@ def test_submit_refuses_what_cannot_work_on_a_cluster(tmp_path, args, needle):
     assert out.returncode == 2 and needle in out.stderr and out.stderr.strip().count("\n") == 0
 
 
-def test_a_resume_that_would_change_the_domain_is_refused_before_it_is_sent(tmp_path):
-    out = atoll(tmp_path, "submit", "--resume", "/tmp/r", "--set", "domain.options.search_periods=9",
-                "--address", "http://127.0.0.1:9", timeout=60)
+@pytest.mark.parametrize(("item", "needle"), [
+    ("domain.options.search_periods=9", "--set domain.options.search_periods=9: a resume cannot change the domain"),
+    (" domain . name = 'milp'", "--set  domain . name = 'milp': a resume cannot change the domain or its options"),
+    ("domain={name='milp'}", "--set domain={name='milp'}: a resume cannot change the domain or its options"),
+    ("run.max_evals", "--set 'run.max_evals': expected section.key=value"),
+])
+def test_a_resume_that_would_change_the_domain_is_refused_before_it_is_sent(tmp_path, item, needle):
+    out = atoll(tmp_path, "submit", "--resume", "/tmp/r", "--set", item, "--address", "http://127.0.0.1:9",
+                timeout=60)
     assert out.returncode == 2 and out.stderr.strip().count("\n") == 0, out.stderr
-    assert "--set domain.options.search_periods=9: a resume cannot change the domain or its options" in out.stderr
+    assert needle in out.stderr
 
 
 def test_a_resume_from_the_backup_is_what_the_job_runs_and_a_new_run_has_none(tmp_path):
