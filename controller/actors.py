@@ -131,7 +131,8 @@ def start_local(num_cpus: int | None, path: str) -> None:
     notice.setLevel(logging.ERROR)
     atexit.register(_forget_session)  # runs before Ray's own atexit shutdown, registered when ray was imported
     try:
-        with signals.held():  # a Ctrl-C waits the seconds Ray takes to start: one inside it could crash its teardown
+        # a Ctrl-C waits the seconds Ray takes to start: one inside it could crash its teardown
+        with signals.held(), no_api_server():
             ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
                      configure_logging=False)
         _SESSION.append(Path(ray._private.worker._global_node.get_session_dir_path()))
@@ -237,6 +238,31 @@ def token_without_home() -> None:
     except (OSError, RuntimeError):  # RuntimeError: no home at all
         pass
     os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+
+
+@contextlib.contextmanager
+def no_api_server():
+    """Start a command's own Ray without its API server (the dashboard's head process).
+
+    With `include_dashboard=False` Ray still starts that process, with only its usage-statistics
+    module and no web page, and `ray.init` waits for it to publish its address: 0.8 s of every
+    command's start, and a process that then runs for nobody (a Ray of this machine's own takes no
+    jobs and serves no state API; `atoll submit` talks to a cluster's own). Ray 2.60 runs without
+    it as it runs when that process fails to start. `Node.start_api_server` is Ray's; on a Ray
+    without it this does nothing."""
+    node_class = getattr(getattr(ray._private, "node", None), "Node", None)
+    original = getattr(node_class, "start_api_server", None)
+    if original is None:
+        yield
+        return
+
+    def skipped(node, *args, **kwargs):
+        node._webui_url = None  # as when it did not start
+    node_class.start_api_server = skipped
+    try:
+        yield
+    finally:
+        node_class.start_api_server = original
 
 
 def stop_helpers() -> None:

@@ -1,7 +1,7 @@
 """The Ray an `atoll` command starts for itself: its workers find Atoll and the caller's path
 without a runtime_env, it starts with a home that cannot be written, it runs neither the log
 monitor nor the autoscaler monitor (nobody reads the one, nothing scales, and Ray's shutdown
-waited a second on the other), its dashboard agent gathers node statistics once a minute, and
+waited a second on the other) nor the dashboard's API server (ray.init waited for it), its dashboard agent gathers node statistics once a minute, and
 its session folder is removed at a clean exit."""
 import json
 import shutil
@@ -97,6 +97,7 @@ def test_a_local_rays_workers_import_atoll_and_the_callers_path_and_its_idle_hel
                      {"stopped": "monitor", "politely": False, "gone": True}]
     assert "log_monitor" not in connected["connected"] and "monitor" not in connected["connected"]
     assert "raylet" in connected["connected"]
+    assert "dashboard" not in connected["connected"]  # no API server: ray.init no longer waits for its start
     assert probe["found"] == [str(ROOT / "controller" / "actors.py"), 42]
     assert not probe["runtime_env"], "a local Ray's workers get the path from the environment, not a runtime_env"
     assert "autoscaler failed" not in proc.stderr
