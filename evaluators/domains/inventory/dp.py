@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
 
 from evaluators.cache import cache_dir
 
@@ -48,9 +47,16 @@ class DPResult:
     gap: float  # upper minus lower bound on the average cost at the stop
 
 
+def _stats():
+    """scipy.stats, imported at first use: half a second of every command's start (its driver reads the
+    domain's config), where only the evaluations and the report need it."""
+    from scipy import stats
+    return stats
+
+
 def demand_pmf(kind: str, mean: float, n: int) -> np.ndarray:
     """P(D = 0..n-1) for Poisson or geometric (on 0, 1, ...) demand of the given mean."""
-    k = np.arange(n)
+    stats, k = _stats(), np.arange(n)
     if kind == "poisson":
         return stats.poisson.pmf(k, mean)
     if kind == "geometric":
@@ -60,6 +66,7 @@ def demand_pmf(kind: str, mean: float, n: int) -> np.ndarray:
 
 def lead_demand_quantile(kind: str, mean: float, periods: int, level: float) -> int:
     """Quantile of the total demand over `periods` periods."""
+    stats = _stats()
     if kind == "poisson":
         return int(stats.poisson.ppf(level, mean * periods))
     return int(stats.nbinom.ppf(level, periods, 1.0 / (1.0 + mean)))

@@ -4,7 +4,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import stats
 
 from store.records import EvalResult, Status
 
@@ -49,7 +48,8 @@ def paired_vs_base_stock(instances) -> tuple[float, float, float]:
         ratios.append(diff.mean() / scale)
         variances.append(diff.var(ddof=1) / len(diff) / scale ** 2 if len(diff) > 1 else math.nan)
     mean, se = float(np.mean(ratios)), math.sqrt(sum(variances)) / len(ratios)
-    p = float(2 * stats.norm.sf(abs(mean) / se)) if se > 0 else (1.0 if mean == 0 else 0.0)
+    # two-sided normal p-value, 2 * sf(|z|) = erfc(|z| / sqrt 2): scipy.stats would cost every command half a second
+    p = math.erfc(abs(mean) / se / math.sqrt(2)) if se > 0 else (1.0 if mean == 0 else 0.0)
     return mean, se, p
 
 
