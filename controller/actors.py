@@ -17,7 +17,7 @@ from pathlib import Path
 
 import ray
 
-from controller.address import join
+from controller.address import join, patched, ray_leaves_sigterm
 from controller.cli import UserError
 from controller.submit import project_root, ray_token_found
 from evaluators.evaluator import Evaluator
@@ -131,11 +131,12 @@ def start_local(num_cpus: int | None, path: str) -> None:
     notice.setLevel(logging.ERROR)
     atexit.register(_forget_session)  # runs before Ray's own atexit shutdown, registered when ray was imported
     try:
-        # a Ctrl-C waits the seconds Ray takes to start: one inside it could crash its teardown
-        with signals.held(), no_api_server():
+        # a Ctrl-C or SIGTERM waits the seconds Ray takes to start: one inside it could crash its teardown,
+        # and Ray's own SIGTERM handler (a sys.exit) would leave its agents running and its session behind
+        with signals.held(), no_api_server(), ray_leaves_sigterm():
             ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
                      configure_logging=False)
-        _SESSION.append(Path(ray._private.worker._global_node.get_session_dir_path()))
+            _SESSION.append(Path(ray._private.worker._global_node.get_session_dir_path()))  # before a held stop
     except Exception as exc:  # noqa: BLE001  whatever Ray raised, the user gets one line and where to look
         detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         room = f", {_size(free)} free there" if free is not None else ""
@@ -250,19 +251,12 @@ def no_api_server():
     jobs and serves no state API; `atoll submit` talks to a cluster's own). Ray 2.60 runs without
     it as it runs when that process fails to start. `Node.start_api_server` is Ray's; on a Ray
     without it this does nothing."""
-    node_class = getattr(getattr(ray._private, "node", None), "Node", None)
-    original = getattr(node_class, "start_api_server", None)
-    if original is None:
-        yield
-        return
-
     def skipped(node, *args, **kwargs):
         node._webui_url = None  # as when it did not start
-    node_class.start_api_server = skipped
-    try:
+    with patched(getattr(getattr(ray._private, "node", None), "Node", None), "start_api_server", skipped):
         yield
-    finally:
-        node_class.start_api_server = original
+
+
 
 
 def stop_helpers() -> None:

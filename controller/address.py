@@ -6,11 +6,13 @@ refuses before its run directory or run row exists.
 """
 from __future__ import annotations
 
+import contextlib
 import socket
 
 import ray
 
 from controller.cli import UserError
+from store import signals
 
 FORMS = ("HOST:PORT (the head's address printed by `ray start --head`, e.g. 10.0.0.5:6379), "
          "ray://HOST:PORT (Ray Client) or auto (the cluster started on this machine)")
@@ -49,10 +51,34 @@ def _resolve(address: str, source: str) -> str:
 
 
 def join(address: str, runtime_env: dict, source: str = "--ray-address") -> None:
-    """Check `address`, then join the cluster there; any refusal is a UserError."""
+    """Check `address`, then join the cluster there; any refusal is a UserError. A Ctrl-C or SIGTERM
+    (`ray job stop`) meanwhile waits for the join, then stops the command as anywhere else."""
     check_address(address, source)
     try:
-        ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
+        with signals.held(), ray_leaves_sigterm():
+            ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
     except (ConnectionError, ValueError, RuntimeError, TimeoutError) as exc:
         detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise UserError(f"{source} {address}: cannot join the Ray cluster there: {detail}") from None
+
+
+@contextlib.contextmanager
+def ray_leaves_sigterm():
+    """`ray.init` without the SIGTERM handler it puts in place (a `sys.exit(15)`, silent, that stopped
+    a command halfway through Ray's start and left its agents running): Atoll's own stays."""
+    with patched(getattr(ray._private, "utils", None), "set_sigterm_handler", lambda handler: None):
+        yield
+
+
+@contextlib.contextmanager
+def patched(owner, name: str, replacement):
+    """`owner.name` is `replacement` within the block; where Ray has no such attribute, nothing changes."""
+    original = getattr(owner, name, None)
+    if original is None:
+        yield
+        return
+    setattr(owner, name, replacement)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)

@@ -3,9 +3,11 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -128,6 +130,38 @@ def test_ctrl_c_while_a_run_starts_is_one_line_that_says_how_to_continue(tmp_pat
     assert proc.returncode in (130, -signal.SIGINT) and "Traceback" not in err, err
     # on stderr; on stdout where a slow machine had the search loop begun (its own stop says it)
     assert f"Continue with: atoll resume {run_dir}" in out + err, err
+
+
+def test_a_sigterm_while_ray_starts_stops_the_run_in_one_line_and_leaves_no_ray_behind(tmp_path):
+    """SIGTERM (a scheduler's kill) in the seconds `ray.init` takes: Ray's own handler, put in place by
+    `ray.init`, exited with status 15 and no word, and left the Ray's agents running and its session
+    folder behind. Now it waits for the start, as Ctrl-C does, and stops the command in one line."""
+    temp = Path(tempfile.mkdtemp(prefix="atoll-t-"))  # short: Ray's sockets are in it
+    try:
+        cmd = [sys.executable, "-m", "controller", "run", "configs/inventory.toml", "--run-dir",
+               str(tmp_path / "run"), "--max-evals", "4", "--no-report", *TINY]
+        proc = subprocess.Popen(cmd, cwd=ROOT, env={**_env(tmp_path), "RAY_TMPDIR": str(temp)}, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 120
+        while not list(temp.glob("ray/session_2*")):  # made by ray.init, after it put its handler in place
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130, (proc.returncode, err)
+        assert "atoll run: stopped (Ctrl-C or SIGTERM)" in err and "Traceback" not in err, err
+        time.sleep(1.0)  # what Ray's shutdown stopped is gone by now; what it left is not
+        left = [pid for pid in os.listdir("/proc") if pid.isdigit() and _environ_has(pid, str(temp))]
+        assert left == [] and not list(temp.glob("ray/session_2*")), (left, list(temp.glob("ray/*")))
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _environ_has(pid: str, text: str) -> bool:
+    try:
+        return text.encode() in Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
 
 
 def test_query_answers_during_a_live_run_and_a_second_ctrl_c_while_stopping_is_one_line(atoll_cli, tmp_path):
