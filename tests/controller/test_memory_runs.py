@@ -52,10 +52,16 @@ def test_bad_warm_start_sources_are_refused_before_a_run_starts(atoll_cli, tmp_p
                                                      "secret-seeds work adds to every domain")
 def test_a_skill_learned_in_one_run_is_used_in_the_next_and_its_counts_add_up(atoll_cli, tmp_path):
     first, second = tmp_path / "first", tmp_path / "second"
-    atoll_cli("run", "configs/inventory.toml", "--run-dir", str(first), "--max-evals", "12", "--no-report",
-              *LEARNABLE)
+    ran = atoll_cli("run", "configs/inventory.toml", "--run-dir", str(first), "--max-evals", "12", "--no-report",
+                    *LEARNABLE)
     learned = _rows(atoll_cli, "SELECT skill_id, learned_in, validation_gain, uses FROM skill_efficacy")
-    assert learned and all(s["validation_gain"] > 0 and s["uses"] == 0 for s in learned), learned
+    if not learned:  # what the run did, to tell a search that found no skill from one that lost it
+        checked = atoll_cli("query", str(first), "--json", "SELECT p.seq, p.mutator, e.split, e.status, e.score, "
+                            "p.parent_ids[1] AS parent FROM programs p JOIN evaluations e USING (program_id) "
+                            "ORDER BY p.seq, e.split", check=False)
+        pytest.fail(f"no skill learned; the run said:\n{ran.stdout[-1500:]}\n{ran.stderr[-1500:]}\n"
+                    f"its evaluations:\n{checked.stdout}{checked.stderr}")
+    assert all(s["validation_gain"] > 0 and s["uses"] == 0 for s in learned), learned
     atoll_cli("run", "configs/inventory.toml", "--run-dir", str(second), "--max-evals", "12", "--no-report",
               *LEARNABLE, "--set", "memory.warm_start=true", "--set", f'memory.warm_from=["{first}"]',
               "--set", "memory.warm_elites=2")
