@@ -246,17 +246,15 @@ def no_api_server():
     """Start a command's own Ray without its API server (the dashboard's head process).
 
     With `include_dashboard=False` Ray still starts that process, with only its usage-statistics
-    module and no web page, and `ray.init` waits for it to publish its address: 0.8 s of every
-    command's start, and a process that then runs for nobody (a Ray of this machine's own takes no
-    jobs and serves no state API; `atoll submit` talks to a cluster's own). Ray 2.60 runs without
-    it as it runs when that process fails to start. `Node.start_api_server` is Ray's; on a Ray
-    without it this does nothing."""
+    module and no web page, and `ray.init` waits for it to publish its address: about a second of
+    every command's start (`benchmarks/ray_start.py`), and a process that then runs for nobody (a
+    Ray of this machine's own takes no jobs and serves no state API; `atoll submit` talks to a
+    cluster's own). Ray 2.60 runs without it as it runs when that process fails to start.
+    `Node.start_api_server` is Ray's; on a Ray without it this does nothing."""
     def skipped(node, *args, **kwargs):
         node._webui_url = None  # as when it did not start
     with patched(getattr(getattr(ray._private, "node", None), "Node", None), "start_api_server", skipped):
         yield
-
-
 
 
 def stop_helpers() -> None:
