@@ -22,7 +22,7 @@ import duckdb
 
 from controller.cli import UserError
 from controller.rundir import ARCHIVE, BACKUP, in_use
-from store.duckdb_archive import ArchiveDamaged, DuckDBArchive, copy_whole
+from store.duckdb_archive import ArchiveDamaged, DuckDBArchive, copy_whole, flush_dir
 
 SEARCH_COUNT = "SELECT count(*) FROM evaluations WHERE split = 'search'"
 
@@ -138,15 +138,7 @@ def restore(run_dir: Path) -> str:
         os.replace(staged, archive)
     finally:
         staged.unlink(missing_ok=True)
-    _flush(run_dir)
+    flush_dir(run_dir)
     after = ", and LLM calls made after it are not counted in the budget" if asked else ""  # a run that asks models
     return (f"atoll: the archive is now its backup of {when(backup)} ({done} search evaluations committed then; what "
             f"was committed after it is not in it{after})" + (f"; the archive it replaced is kept as {kept}" if kept else ""))
-
-
-def _flush(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

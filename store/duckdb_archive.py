@@ -65,8 +65,9 @@ def _gc_paused():
 
 def copy_whole(source: Path, target: Path) -> None:
     """Copy the DuckDB file `source` (its log folded in, nobody writing) to `target`: under a
-    temporary name, read whole (`read_whole`), flushed to disk, then renamed, so `target` stays the
-    last whole copy whenever the process is killed or the copy fails (a full disk, damage)."""
+    temporary name, read whole (`read_whole`), flushed to disk, then renamed and the rename flushed,
+    so `target` stays the last whole copy whenever the process is killed, the machine loses power
+    or the copy fails (a full disk, damage)."""
     tmp = target.with_name(target.name + ".tmp")
     try:
         _copy_apart(source, tmp)
@@ -77,8 +78,18 @@ def copy_whole(source: Path, target: Path) -> None:
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, target)
+        flush_dir(target.parent)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def flush_dir(path: Path) -> None:
+    """Flush the folder `path` to disk: the renames made in it survive a power loss."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 _COPY = ("import shutil, sys\n"

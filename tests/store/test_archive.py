@@ -324,6 +324,21 @@ def _search_ids(path) -> set[str]:
         return {pid for (pid,) in copy.con.execute("SELECT program_id FROM evaluations WHERE split = 'search'").fetchall()}
 
 
+def test_a_backup_flushes_its_file_then_the_rename_into_place(archive, tmp_path, monkeypatch):
+    """A power loss after the copy keeps one whole backup: the copy's bytes reach the disk before
+    the rename, and the folder's rename reaches it before the copy counts as made."""
+    archive.record([(cand(f"a{i}"), ok(f"a{i}", -1.0)) for i in range(3)])
+    (tmp_path / "bk").mkdir()
+    target = tmp_path / "bk" / "archive.backup.duckdb"
+    flushed, real_fsync, real_replace = [], os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: (flushed.append(os.readlink(f"/proc/self/fd/{fd}")), real_fsync(fd)))
+    monkeypatch.setattr(os, "replace", lambda a, b: (flushed.append(("rename", str(b))), real_replace(a, b)))
+    archive.backup(target)
+    assert flushed[-3:] == [str(target) + ".tmp", ("rename", str(target)), str(target.parent)], flushed
+    with DuckDBArchive(target, read_only=True) as copy:
+        assert copy.con.execute("SELECT count(*) FROM programs").fetchone() == (3,)
+
+
 def test_a_backup_holds_what_was_committed_while_a_live_read_is_open_and_a_full_disk_keeps_the_last(tmp_path):
     """The backup (controller.backup) is a whole archive of the commits so far, the log folded in;
     a copy that cannot be written (a real full tmpfs) leaves the last backup as it was, and no part file."""
