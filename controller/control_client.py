@@ -19,8 +19,12 @@ from controller.control_server import pb, rpc
 TIMEOUT_S = 40.0  # the driver answers at its loop's tick, and waits up to 30 s for it
 
 
+class NotLive(UserError):
+    """No driver answers for the run: it ended, or was never started."""
+
+
 def not_live(run_dir: Path, why: str = "") -> UserError:
-    return UserError(f"{run_dir}: the run is not live (no driver is running it now{', ' + why if why else ''}); "
+    return NotLive(f"{run_dir}: the run is not live (no driver is running it now{', ' + why if why else ''}); "
                      f"`atoll status {run_dir}` shows where it stands")
 
 

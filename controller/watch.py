@@ -3,7 +3,9 @@
 On a terminal it is a rich table that refreshes with the latest events under it;
 into a file or a pipe it prints a status line every `every` seconds and one line
 per event. It ends when the search ends (the event stream closes) and on Ctrl-C,
-which stops only the watching.
+which stops only the watching. A run that is not live, or a refused token, is one
+line and exit 2 before anything is shown, and a refusal of the event stream later
+is too: "the run ended" is said only when the driver ended it or went away.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from rich.live import Live
 from rich.table import Table
 
 from controller.cli import UserError
+from controller.control_client import NotLive
 
 _END = object()
 SHOWN_EVENTS = 12
@@ -31,6 +34,7 @@ class Watch:
         self.ended = "the driver went away"
 
     def run(self) -> int:
+        self.status = self.client.status()  # not live, or the token refused: one line, exit 2 (UserError)
         threading.Thread(target=self._follow, name="atoll-watch-events", daemon=True).start()
         try:
             if self.console.is_terminal:
@@ -48,13 +52,16 @@ class Watch:
         try:
             for event in self.client.events():
                 self.events.put(event)
-        except UserError:
-            pass
+        except NotLive:
+            pass  # the driver went away
+        except UserError as exc:  # refused: said as such by the loop, not as the run's end
+            self.events.put(exc)
         self.events.put(_END)
 
     def _loop(self, show) -> None:
         """Status every `every_s`, events as they come, until the stream ends."""
-        next_status = 0.0
+        next_status = time.monotonic() + self.every_s if self.status is not None else 0.0
+        show()
         while True:
             if time.monotonic() >= next_status:
                 self._refresh()
@@ -66,6 +73,8 @@ class Watch:
                 continue
             if event is _END:
                 return
+            if isinstance(event, UserError):
+                raise event
             self._on_event(event)
             if self.console.is_terminal:
                 show()
@@ -74,7 +83,7 @@ class Watch:
         try:
             self.status = self.client.status()
         except UserError:
-            pass  # the run is ending: its stream says how
+            pass  # the run is ending, or its driver is too busy to answer now: its stream says which
 
     def _on_event(self, event) -> None:
         line = event_line(event)

@@ -172,6 +172,7 @@ def test_stop_commits_everything_and_resume_ends_exactly_at_a_lowered_budget(seg
         no_token = atoll(tmp, "set", run_dir, "run.max_evals=30", timeout=60)
         (tmp / "wrong").write_text("y" * 32)
         wrong = atoll(tmp, "pause", run_dir, "--token-file", tmp / "wrong", timeout=60)
+        wrong_watch = atoll(tmp, "watch", run_dir, "--token-file", tmp / "wrong", "--every", "1", timeout=60)
         watch = start(tmp, "watch", run_dir, "--every", "1", ATOLL_CONTROL_TOKEN=TOKEN)
         # paused first, so the budget can be lowered to 6 past what is done however fast the run goes
         # (unpaused, a fast machine had finished more than that before the call arrived, and it was refused)
@@ -191,6 +192,9 @@ def test_stop_commits_everything_and_resume_ends_exactly_at_a_lowered_budget(seg
             kill_group(watch)
     assert no_token.returncode == 2 and "needs its token: set ATOLL_CONTROL_TOKEN" in no_token.stderr
     assert wrong.returncode == 2 and "refused the token (wrong or missing control token)" in wrong.stderr
+    # a refused watch says so, and not that the run ended (it goes on)
+    assert wrong_watch.returncode == 2 and wrong_watch.stdout == "", (wrong_watch.stdout, wrong_watch.stderr)
+    assert "refused the token (wrong or missing control token)" in wrong_watch.stderr
     assert paused.returncode == 0 and resumed.returncode == 0, (paused.stderr, resumed.stderr)
     assert stopped <= settled.evaluations < 54
     assert lowered.returncode == 0, lowered.stderr
