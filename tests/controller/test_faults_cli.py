@@ -90,8 +90,8 @@ def test_a_full_disk_stops_the_run_cleanly_and_resume_finishes_once_space_is_fre
     disk.mkdir()
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(disk)], capture_output=True,
                              text=True)
-    if mounted.returncode != 0:  # root without CAP_SYS_ADMIN, e.g. in some containers
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    # root here (skipif above), and the suite's own `unshare -n` needs CAP_SYS_ADMIN too: a failed mount is a failure
+    assert mounted.returncode == 0, f"cannot mount a tmpfs here: {mounted.stderr.strip()}"
     try:
         run_dir = disk / "run"
         proc = start(tmp_path, "run", CONFIG, "--run-dir", run_dir, "--max-evals", 14, "--no-report", *TINY)
@@ -117,15 +117,17 @@ def test_a_full_disk_stops_the_run_cleanly_and_resume_finishes_once_space_is_fre
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
-def _kill_at_a_random_moment(proc, run_dir, rng, done_before: int) -> str | None:
+def _kill_at_a_random_moment(proc, run_dir, rng, done_before: int, first: bool = False) -> str | None:
     """Kill -9 the driver's process group at a random moment; None if it finished first.
 
     Half the moments are counted from the start (loading, Ray, the archive, the seed), half
     from the run's next committed evaluation (mid-search: commits, snapshots, evaluations),
-    so both kinds are hit however fast the machine is.
+    so both kinds are hit however fast the machine is. The `first` kill comes within 4 s of
+    the start, before a run can have finished (Ray's start alone takes seconds), so the chain
+    always has one.
     """
-    if rng.random() < 0.5:
-        moment, anchor = rng.uniform(0.3, 8.0), "start"
+    if first or rng.random() < 0.5:
+        moment, anchor = rng.uniform(0.3, 4.0 if first else 8.0), "start"
     else:
         moment, anchor = rng.uniform(0.0, 2.5), "progress"
         while proc.poll() is None and _live_count(run_dir) <= done_before:
@@ -156,7 +158,7 @@ def test_a_chain_of_kill_9_at_random_moments_loses_nothing_and_completes_the_bud
     while len(kills) < 6:
         resume = (run_dir / "archive.duckdb").exists()
         proc = start(tmp_path, *(["resume", run_dir, "--no-report"] if resume else first))
-        kill = _kill_at_a_random_moment(proc, run_dir, rng, len(kept))
+        kill = _kill_at_a_random_moment(proc, run_dir, rng, len(kept), first=not kills)
         ids = committed_ids(run_dir)
         assert kept <= ids, f"a committed evaluation was lost (seed {seed}, kills {kills + [kill]})"
         if (run_dir / "archive.backup.duckdb").exists():  # a whole archive, whenever the kill came
@@ -168,6 +170,7 @@ def test_a_chain_of_kill_9_at_random_moments_loses_nothing_and_completes_the_bud
             break  # the run finished before the kill
         kills.append(kill)
     context = f"(seed {seed}, kills {kills})"
+    assert kills, f"the run finished before its first kill: nothing was killed {context}"
     if proc.returncode == -9:
         done = atoll(tmp_path, "resume", run_dir, "--no-report")
         assert done.returncode == 0, (done.stderr, context)

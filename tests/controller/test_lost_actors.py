@@ -148,7 +148,9 @@ def test_the_report_turns_an_evaluator_killed_by_the_best_program_into_a_row(ray
             ray.kill(actor)
     assert results["evolved best"].status == Status.FAILED
     assert results["evolved best"].error == "its evaluation killed the evaluator process twice"
-    assert all(r.status == Status.OK for label, r in results.items() if label.startswith("baseline: "))
+    baselines = {label: r for label, r in results.items() if label.startswith("baseline: ")}
+    assert set(baselines) == {f"baseline: {name}" for name in domain.baselines()}, list(results)
+    assert all(r.status == Status.OK for r in baselines.values()), baselines
     assert archive.evaluation("best1", "heldout")["status"] == "FAILED"  # stored: `atoll report` will not rerun it
     table = console.export_text()
     assert "FAILED: its evaluation killed the evaluator process twice" in table and "DP optimum" in table

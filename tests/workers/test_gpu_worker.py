@@ -5,16 +5,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import torch  # noqa: F401  torch and transformers are the test extra's: missing, the suite fails, it does not skip
+import transformers  # noqa: F401
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
-
-from tests.workers.tiny_model import save_tiny_model  # noqa: E402
-from workers.llm.config import VLLMModel  # noqa: E402
-from workers.llm.local_server import healthy  # noqa: E402
-from workers.llm.prompts import PromptInput  # noqa: E402
-from workers.llm.vllm_server import VLLMServer, has_vllm, vllm_command  # noqa: E402
-from workers.llm.worker import LLMJob, LLMWorker  # noqa: E402
+from tests.workers.tiny_model import save_tiny_model
+from workers.llm.config import VLLMModel
+from workers.llm.local_server import healthy
+from workers.llm.prompts import PromptInput
+from workers.llm.vllm_server import VLLMServer, has_vllm, vllm_command
+from workers.llm.worker import LLMJob, LLMWorker
 
 PARENT = "def policy(state, params):\n    return 1\n"
 
