@@ -30,9 +30,13 @@ class Backend:
         # read on the driver, so a missing key is one clear error; it travels only as an argument
         self._key = api_key(getattr(cfg, "api_key_env", None), getattr(cfg, "api_key_file", None))
         self.server, self.node, self.base_url = None, None, getattr(cfg, "base_url", None)
+        self.note = ""  # what the user should know about how the model is served (said once by the run)
         if cfg.backend != "openai":
             self.server = _server_actor(cfg)
             self.node, self.base_url = ray.get(self.server.address.remote())
+        if cfg.backend == "vllm":
+            why = ray.get(self.server.status.remote())["why_engine"]
+            self.note = f"atoll: model {cfg.name!r}: {why}" if why else ""
         self.worker = self.new_worker()
 
     def new_worker(self):

@@ -119,6 +119,8 @@ class Proposals:
                 self.backends[cfg.name] = Backend(cfg, self.llm.max_reply_chars)
             except (ValueError, RayActorError, RayTaskError) as exc:
                 raise UserError(f"mutator.llm model {cfg.name!r} could not start: {_last_line(exc)}") from None
+            if self.backends[cfg.name].note:
+                self.notices.append(self.backends[cfg.name].note)
 
     # --- choosing ---------------------------------------------------------------------
     def _models_with_room(self, evals_full: bool) -> set[str]:

@@ -1,20 +1,27 @@
 """The GPU model server's interface on CPU: the batched transformers engine (the stand-in where
 vLLM is not installed) with a tiny random model, and vLLM's command line. The real vLLM server
 is the opt-in test in test_vllm_cpu.py."""
+import os
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import torch  # noqa: F401  torch and transformers are the test extra's: missing, the suite fails, it does not skip
 import transformers  # noqa: F401
 
+from store.query import run_query
+from tests.tiny import TINY_INVENTORY
 from tests.workers.tiny_model import save_tiny_model
 from workers.llm.config import VLLMModel
 from workers.llm.local_server import healthy
 from workers.llm.prompts import PromptInput
-from workers.llm.vllm_server import VLLMServer, has_vllm, vllm_command
+from workers.llm.vllm_server import VLLMServer, has_vllm, vllm_command, vllm_missing
 from workers.llm.worker import LLMJob, LLMWorker
 
+ROOT = Path(__file__).resolve().parents[2]
 PARENT = "def policy(state, params):\n    return 1\n"
 
 
@@ -63,4 +70,63 @@ def test_vllm_command_line_follows_the_config(tmp_path):
                  "--enable-prefix-caching", "--served-model-name coder", "--host 127.0.0.1", "--port 8123",
                  "--enforce-eager"):
         assert part in joined
-    assert not has_vllm(str(tmp_path / "no-such-python"))  # 'auto' then falls back to transformers
+    assert not has_vllm(str(tmp_path / "no-such-python"))
+    assert vllm_missing(str(tmp_path / "no-such-python")) == f"{tmp_path / 'no-such-python'}: No such file or directory"
+
+
+def _vllm_run(tmp_path, model_lines: str, max_evals: int = 4):
+    """`atoll run` of the tiny inventory with one `backend = "vllm"` model (island 0 asks only it)."""
+    options = "\n".join(f"{k} = {v}" for k, v in TINY_INVENTORY.items())
+    config = tmp_path / "vllm.toml"
+    config.write_text(f"""
+[run]
+max_evals = {max_evals}
+max_wall_s = 240
+[domain]
+name = "inventory"
+[domain.options]
+{options}
+[islands]
+count = 2
+[evaluator]
+actors = 1
+[mutator.llm]
+island_weights = {{0 = {{embedded = 0}}}}
+[mutator.llm.prompt]
+inspirations = 0
+[[mutator.llm.models]]
+backend = "vllm"
+name = "tiny"
+gpus = 0
+max_tokens = 16
+max_in_flight = 1
+startup_timeout_s = 120
+{model_lines}
+""")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), ATOLL_CACHE_DIR=str(tmp_path / "cache"))
+    return subprocess.run([sys.executable, "-m", "controller", "run", str(config), "--run-dir", str(tmp_path / "run"),
+                           "--no-report"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=400,
+                          check=False)
+
+
+def test_a_run_serves_a_vllm_model_without_vllm_and_says_which_engine_serves_it(tmp_path):
+    """The whole path of a `backend = "vllm"` model in a run: its server actor (gpus = 0 here), the worker
+    placed on the server's node, calls archived; 'auto' without vLLM in this interpreter is the
+    transformers engine, and the run says so on stderr."""
+    folder = save_tiny_model(tmp_path / "model")
+    out = _vllm_run(tmp_path, f'model_path = "{folder}"')
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "atoll: model 'tiny': engine 'auto' serves with the transformers engine, not vLLM (" in out.stderr
+    assert "set `python` to the interpreter of vLLM's environment" in out.stderr
+    calls = run_query(tmp_path / "run", "SELECT count(*), min(tokens_out) FROM llm_calls WHERE model = 'tiny'")[1]
+    assert calls[0][0] >= 1 and calls[0][1] > 0, calls
+
+
+def test_a_vllm_python_that_cannot_import_vllm_is_refused_with_its_reason(tmp_path):
+    """A `python` the user named is meant to serve vLLM: one that cannot is an error, not a quiet stand-in."""
+    missing = tmp_path / "venv" / "bin" / "python"
+    out = _vllm_run(tmp_path, f'model_path = "{tmp_path}"\npython = "{missing}"')
+    assert out.returncode == 2, out.stderr[-3000:]
+    line = out.stderr.strip().splitlines()[-1]
+    assert line.startswith("atoll: mutator.llm model 'tiny' could not start: ") and f"{missing}: " in line, line
+    assert "fix the model's `python`" in line and 'engine = "transformers"' in line, line

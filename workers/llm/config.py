@@ -79,7 +79,8 @@ class VLLMModel(_ModelBase):
     python: Path | None = Field(None, description="Interpreter of the environment that has vLLM "
                                 "(default: this one).")
     engine: Literal["auto", "vllm", "transformers"] = Field(
-        "auto", description="'auto' uses vLLM when `python` can import it, else transformers.")
+        "auto", description="'auto' uses vLLM; a `python` set here that cannot import it is an error, and "
+                "with none set, this interpreter without vLLM serves with transformers (said on stderr).")
     gpus: float = Field(1.0, ge=0, description="GPUs the server actor asks Ray for (num_gpus).")
     tensor_parallel: int = Field(1, ge=1, le=64, description="vLLM --tensor-parallel-size.")
     max_model_len: int = Field(4096, ge=256, description="vLLM --max-model-len.")

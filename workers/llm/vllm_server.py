@@ -21,12 +21,40 @@ from pathlib import Path
 from workers.llm.local_server import free_port, healthy, wait_healthy
 
 
+def vllm_missing(python: str) -> str | None:
+    """Why `python` cannot import vllm, in one line; None when it can."""
+    try:
+        proc = subprocess.run([python, "-c", "import vllm"], capture_output=True, text=True, timeout=300,
+                              check=False)
+    except subprocess.TimeoutExpired:
+        return f"{python} took over 300 s to import vllm"
+    except OSError as exc:
+        return f"{python}: {exc.strerror or exc}"
+    if proc.returncode == 0:
+        return None
+    last = next((line.strip() for line in reversed(proc.stderr.splitlines()) if line.strip()), "")
+    return f"{python} cannot import vllm: {last[:200] or f'exit status {proc.returncode}'}"
+
+
 def has_vllm(python: str) -> bool:
     """True when `python` can import vllm."""
-    try:
-        return subprocess.run([python, "-c", "import vllm"], capture_output=True, timeout=300).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
+    return vllm_missing(python) is None
+
+
+def choose_engine(config, python: str) -> tuple[str, str]:
+    """(engine, why): 'auto' is vLLM when `python` imports it. A `python` the user named that cannot
+    is an error (they meant vLLM); this interpreter without vLLM is the transformers engine, and
+    `why` says so, for the run to tell the user."""
+    if config.engine != "auto":
+        return config.engine, ""
+    missing = vllm_missing(python)
+    if missing is None:
+        return "vllm", ""
+    if config.python is not None:
+        raise RuntimeError(f"{missing}; fix the model's `python` (the interpreter of vLLM's environment on the GPU "
+                           "node), or set engine = \"transformers\"")
+    return "transformers", (f"engine 'auto' serves with the transformers engine, not vLLM ({missing}); set `python` "
+                            "to the interpreter of vLLM's environment")
 
 
 def vllm_command(config, python: str, port: int) -> list[str]:
@@ -45,8 +73,7 @@ class VLLMServer:
     def __init__(self, config, check_every_s: float = 10.0):
         self.config, self.port, self.restarts = config, free_port(), 0
         self.python = str(config.python or sys.executable)
-        wanted = config.engine
-        self.engine = "vllm" if wanted == "vllm" or (wanted == "auto" and has_vllm(self.python)) else "transformers"
+        self.engine, self.why_engine = choose_engine(config, self.python)
         self._proc, self._http, self._lock = None, None, threading.Lock()
         # vLLM's own output, for when it fails; kept after shutdown only if the server ever had to be
         # restarted (the engine stand-in runs in this process and writes none)
@@ -118,8 +145,8 @@ class VLLMServer:
         return ray.get_runtime_context().get_node_id(), f"{self.root}/v1"
 
     def status(self) -> dict:
-        return {"engine": self.engine, "healthy": healthy(self.root), "restarts": self.restarts,
-                "log": str(self.log or "")}
+        return {"engine": self.engine, "why_engine": self.why_engine, "healthy": healthy(self.root),
+                "restarts": self.restarts, "log": str(self.log or "")}
 
     def shutdown(self) -> None:
         self._stop.set()
