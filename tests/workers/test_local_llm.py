@@ -41,6 +41,23 @@ def test_the_real_model_answers_and_every_call_is_accounted(server):
     assert (outcome.status == "ok") == (outcome.reason == "")
 
 
+def test_the_real_models_diagnosis_comes_first_and_reaches_its_edit_prompt(server):
+    """diagnose = true against the real model: two accounted calls, the diagnosis' own reply in the
+    edit call's prompt (the parts it was sent with) and in the outcome."""
+    worker = LLMWorker(LocalModel(name="smollm2", max_tokens=24, temperature=0.0, diagnose=True),
+                       server.root + "/v1")
+    prompt = PromptInput("inventory", "Order stock.", "Define policy(state, params).", "policy", PARENT, None,
+                         edit_format="rewrite", max_code_chars=400)
+    outcome = worker.propose(LLMJob("run", 0, 1, "parent", "child", "smollm2", prompt, 7, ("d", "e")))
+    diagnosis, edit = outcome.calls
+    assert [diagnosis.kind, edit.kind] == ["diagnosis", "edit"] and [diagnosis.call_id, edit.call_id] == ["d", "e"]
+    assert diagnosis.status == "ok" and diagnosis.tokens_in > 20 and 0 < diagnosis.tokens_out <= 24
+    assert outcome.diagnosis == diagnosis.completion.strip() and outcome.diagnosis
+    edit_prompt = "\n".join(text for _, text in edit.parts)
+    assert "## Diagnosis of the current program\n" + outcome.diagnosis in edit_prompt, edit_prompt[-1500:]
+    assert edit.tokens_in > diagnosis.tokens_out and edit.latency_s > 0
+
+
 def test_the_watchdog_restarts_a_server_that_stopped(server):
     server.stop_server_for_test()  # the watchdog may bring it back before we can look: count restarts
     deadline = time.monotonic() + 60
