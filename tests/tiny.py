@@ -1,3 +1,42 @@
 """Small, fast options shared by the tests that run whole evaluations."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
 TINY_INVENTORY = {"search_periods": 300, "heldout_periods": 300, "warmup": 50, "search_trajectories": 2,
                   "heldout_trajectories": 2, "tune_trials": 8, "tune_batch": 4}
+
+
+def llm_run(tmp_path: Path, model: str, max_evals: int, more: str = "", max_wall_s: int = 200,
+            timeout: int = 300) -> subprocess.CompletedProcess:
+    """`atoll run --no-report` in a subprocess (run directory tmp_path/run): the tiny inventory on 2
+    islands and 1 evaluator, island 0 asking only the one `[[mutator.llm.models]]` entry (`model`,
+    its TOML lines), no inspirations; `more` adds TOML sections."""
+    options = "\n".join(f"{k} = {v}" for k, v in TINY_INVENTORY.items())
+    config = tmp_path / "llm-run.toml"
+    config.write_text(f"""
+[run]
+max_evals = {max_evals}
+max_wall_s = {max_wall_s}
+[domain]
+name = "inventory"
+[domain.options]
+{options}
+[islands]
+count = 2
+[evaluator]
+actors = 1
+{more}
+[mutator.llm]
+island_weights = {{0 = {{embedded = 0}}}}
+[mutator.llm.prompt]
+inspirations = 0
+[[mutator.llm.models]]
+{model}
+""")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), ATOLL_CACHE_DIR=str(tmp_path / "cache"))
+    return subprocess.run([sys.executable, "-m", "controller", "run", str(config), "--run-dir", str(tmp_path / "run"),
+                           "--no-report"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
+                          check=False)

@@ -1,9 +1,6 @@
 """The library with a real (small, local) LLM: prompt variants rewritten, stored and carried to the
 next run (a reply with nothing usable adds nothing); a learned skill's abstraction written."""
 import importlib.util
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,13 +12,12 @@ from store import library_records as records
 from store.library import Library, default_path
 from store.library_query import run_library_query
 from store.query import run_query
-from tests.tiny import TINY_INVENTORY
+from tests.tiny import llm_run
 from tests.controller.test_memory import _skill_row
 from workers.llm.prompts import DEFAULT_INSTRUCTION
 from workers.prompt_variants import new_instruction, rewrite_prompt
 from workers.skills import abstract_skill
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -82,37 +78,9 @@ def test_a_warm_run_shows_the_librarys_skills_to_the_local_model_and_counts_its_
     library = Library(default_path())
     skill = _skill_row()
     library.transaction(lambda con: records.add_skills(con, [skill]))
-    options = "\n".join(f"{k} = {v}" for k, v in TINY_INVENTORY.items())
-    config = tmp_path / "local.toml"
-    config.write_text(f"""
-[run]
-max_evals = 5
-max_wall_s = 200
-[domain]
-name = "inventory"
-[domain.options]
-{options}
-[islands]
-count = 2
-[evaluator]
-actors = 1
-[memory]
-warm_start = true
-variant_rewrite_chance = 1.0
-[mutator.llm]
-island_weights = {{0 = {{embedded = 0}}}}
-[mutator.llm.prompt]
-inspirations = 0
-[[mutator.llm.models]]
-backend = "local"
-name = "smollm2"
-max_tokens = 32
-max_in_flight = 1
-edit_format = "rewrite"
-""")
-    env = dict(os.environ, PYTHONPATH=str(ROOT), ATOLL_CACHE_DIR=str(tmp_path / "cache"))
-    out = subprocess.run([sys.executable, "-m", "controller", "run", str(config), "--run-dir", str(tmp_path / "run"),
-                          "--no-report"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    out = llm_run(tmp_path, 'backend = "local"\nname = "smollm2"\nmax_tokens = 32\nmax_in_flight = 1\n'
+                            'edit_format = "rewrite"', max_evals=5,
+                  more="[memory]\nwarm_start = true\nvariant_rewrite_chance = 1.0")
     assert out.returncode == 0, out.stderr
     prompts = [p for (p,) in run_query(tmp_path / "run", "SELECT p.prompt FROM llm_prompts p JOIN llm_calls c "
                                                         "USING (call_id) WHERE c.kind = 'edit'")[1]]

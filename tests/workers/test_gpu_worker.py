@@ -1,19 +1,15 @@
 """The GPU model server's interface on CPU: the batched transformers engine (the stand-in where
 vLLM is not installed) with a tiny random model, and vLLM's command line. The real vLLM server
 is the opt-in test in test_vllm_cpu.py."""
-import os
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 import torch  # noqa: F401  torch and transformers are the test extra's: missing, the suite fails, it does not skip
 import transformers  # noqa: F401
 
 from store.query import run_query
-from tests.tiny import TINY_INVENTORY
+from tests.tiny import llm_run
 from tests.workers.tiny_model import save_tiny_model
 from workers.llm.config import VLLMModel
 from workers.llm.local_server import healthy
@@ -21,7 +17,6 @@ from workers.llm.prompts import PromptInput
 from workers.llm.vllm_server import VLLMServer, has_vllm, vllm_command, vllm_missing
 from workers.llm.worker import LLMJob, LLMWorker
 
-ROOT = Path(__file__).resolve().parents[2]
 PARENT = "def policy(state, params):\n    return 1\n"
 
 
@@ -74,39 +69,10 @@ def test_vllm_command_line_follows_the_config(tmp_path):
     assert vllm_missing(str(tmp_path / "no-such-python")) == f"{tmp_path / 'no-such-python'}: No such file or directory"
 
 
-def _vllm_run(tmp_path, model_lines: str, max_evals: int = 4):
-    """`atoll run` of the tiny inventory with one `backend = "vllm"` model (island 0 asks only it)."""
-    options = "\n".join(f"{k} = {v}" for k, v in TINY_INVENTORY.items())
-    config = tmp_path / "vllm.toml"
-    config.write_text(f"""
-[run]
-max_evals = {max_evals}
-max_wall_s = 240
-[domain]
-name = "inventory"
-[domain.options]
-{options}
-[islands]
-count = 2
-[evaluator]
-actors = 1
-[mutator.llm]
-island_weights = {{0 = {{embedded = 0}}}}
-[mutator.llm.prompt]
-inspirations = 0
-[[mutator.llm.models]]
-backend = "vllm"
-name = "tiny"
-gpus = 0
-max_tokens = 16
-max_in_flight = 1
-startup_timeout_s = 120
-{model_lines}
-""")
-    env = dict(os.environ, PYTHONPATH=str(ROOT), ATOLL_CACHE_DIR=str(tmp_path / "cache"))
-    return subprocess.run([sys.executable, "-m", "controller", "run", str(config), "--run-dir", str(tmp_path / "run"),
-                           "--no-report"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=400,
-                          check=False)
+def _vllm_run(tmp_path, model_lines: str):
+    """A tiny run whose island 0 asks only one `backend = "vllm"` model, served on no GPU."""
+    return llm_run(tmp_path, 'backend = "vllm"\nname = "tiny"\ngpus = 0\nmax_tokens = 16\nmax_in_flight = 1\n'
+                             f'startup_timeout_s = 120\n{model_lines}', max_evals=4, max_wall_s=240, timeout=400)
 
 
 def test_a_run_serves_a_vllm_model_without_vllm_and_says_which_engine_serves_it(tmp_path):

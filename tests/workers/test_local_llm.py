@@ -2,24 +2,19 @@
 
 One server for the module, tiny prompts and few tokens, so the default suite stays fast.
 """
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import xllamacpp  # noqa: F401  the test extra's (atoll[local-llm]): missing, the suite fails, it does not skip
 
 from controller.config import load_config
 from store.query import run_query
-from tests.tiny import TINY_INVENTORY
+from tests.tiny import ROOT, llm_run
 from workers.llm.config import LocalModel
 from workers.llm.local_server import LlamaCppServer, default_gguf, healthy
 from workers.llm.prompts import PromptInput
 from workers.llm.worker import LLMJob, LLMWorker
 
-ROOT = Path(__file__).resolve().parents[2]
 PARENT = "import numpy as np\n\ndef policy(state, params):\n    return np.maximum(10 - state['on_hand'], 0)\n"
 
 
@@ -74,34 +69,8 @@ def test_the_shipped_local_config_is_valid():
 
 
 def test_a_tiny_run_with_the_local_model_mixed_with_the_embedded_mutator(tmp_path):
-    options = "\n".join(f"{k} = {v}" for k, v in TINY_INVENTORY.items())
-    config = tmp_path / "local.toml"
-    config.write_text(f"""
-[run]
-max_evals = 4
-max_wall_s = 200
-[domain]
-name = "inventory"
-[domain.options]
-{options}
-[islands]
-count = 2
-[evaluator]
-actors = 1
-[mutator.llm]
-island_weights = {{0 = {{embedded = 0}}}}
-[mutator.llm.prompt]
-inspirations = 0
-[[mutator.llm.models]]
-backend = "local"
-name = "smollm2"
-max_tokens = 48
-max_in_flight = 1
-edit_format = "rewrite"
-""")
-    env = dict(os.environ, PYTHONPATH=str(ROOT), ATOLL_CACHE_DIR=str(tmp_path / "cache"))
-    out = subprocess.run([sys.executable, "-m", "controller", "run", str(config), "--run-dir", str(tmp_path / "run"),
-                          "--no-report"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    out = llm_run(tmp_path, 'backend = "local"\nname = "smollm2"\nmax_tokens = 48\nmax_in_flight = 1\n'
+                            'edit_format = "rewrite"', max_evals=4)
     assert out.returncode == 0, out.stderr
     assert "LLM calls by model" in out.stdout and "llm:smollm2" in out.stdout
     rows = run_query(tmp_path / "run", "SELECT count(*), min(tokens_in), min(tokens_out), "
