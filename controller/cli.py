@@ -177,7 +177,7 @@ def _add_cluster_commands(sub) -> None:
 def _stoppable() -> None:
     """Ctrl-C and SIGTERM stop a run cleanly even when whoever started Atoll ignored or blocked them
     (a background job of a non-interactive shell ignores SIGINT; children inherit that and the mask)."""
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
@@ -218,8 +218,11 @@ def _interrupted(args) -> int:
     if args.command in _SEARCHING:  # what is left (closing the archive, Ray's shutdown) is not broken off
         signals.stopping()  # store.signals imports nothing of Ray's: this Ctrl-C may have cut `import ray` short
     then = getattr(args, "continue_with", lambda: None)()
-    print(f"atoll {args.command}: stopped (Ctrl-C or SIGTERM); what was committed before stays"
-          + (f". Continue with: {then}" if then else ""), file=sys.stderr, flush=True)
+    try:
+        print(f"atoll {args.command}: stopped (Ctrl-C, SIGTERM or SIGHUP); what was committed before stays"
+              + (f". Continue with: {then}" if then else ""), file=sys.stderr, flush=True)
+    except OSError:  # nowhere to say it
+        pass
     return 130
 
 

@@ -333,7 +333,7 @@ def _connect(address) -> None:
 
 
 def stop_on_signals() -> None:
-    """Ctrl-C and SIGTERM (`ray job stop`, a scheduler's kill) stop a run, resume or report cleanly.
+    """Ctrl-C, SIGTERM (`ray job stop`, a scheduler's kill) and a hangup stop a run, resume or report cleanly.
     The first raises KeyboardInterrupt; whoever catches it (the loop, the report, `controller.cli.main`)
     begins the stop, and from then on the next ones get one line (`store.signals.stopping`). One
     more within STOP_GRACE_S gets that line too: the first is still on its way to its catcher, through
@@ -343,6 +343,8 @@ def stop_on_signals() -> None:
     _FIRST_STOP.clear()
     signal.signal(signal.SIGINT, _stop_cleanly)
     signal.signal(signal.SIGTERM, _stop_cleanly)
+    if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:  # under nohup the run outlives its terminal
+        signal.signal(signal.SIGHUP, _stop_cleanly)  # else a hangup (a lost ssh session) stops it as Ctrl-C
     if sys.unraisablehook is not _quiet_lost_stops:
         _quiet_lost_stops.before = sys.unraisablehook
         sys.unraisablehook = _quiet_lost_stops
@@ -361,11 +363,17 @@ _FIRST_STOP: list[float] = []  # when the first signal of a stop not yet begun w
 
 def _stop_cleanly(signum, frame):  # imports nothing: a signal may come in the middle of an import
     now = time.monotonic()
+    if signum == signal.SIGHUP:
+        signals.off_the_terminal()
     if _FIRST_STOP and now - _FIRST_STOP[0] < STOP_GRACE_S:
         signals.still_stopping(signum)
         return
     _FIRST_STOP[:] = [now]
+    signals.STOPPED_BY[:] = [_SIGNAL_NAMES.get(signum, str(signum))]
     raise KeyboardInterrupt
+
+
+_SIGNAL_NAMES = {signal.SIGINT: "Ctrl-C (SIGINT)", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "a hangup (SIGHUP)"}
 
 
 def cmd_baselines(args) -> int:

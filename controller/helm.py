@@ -71,21 +71,22 @@ class Helm:
         if self.paused:
             return "already paused"
         self.paused, self._paused_at = True, now
-        self.steering.publish("paused", {"in_flight": search.in_flight()})
+        search.events.append(("paused", {"in_flight": search.in_flight()}))  # archived, then to the watchers
         return (f"paused: nothing new is submitted; the {search.in_flight()} job(s) in flight finish and are "
                 f"committed (continue with: atoll continue {search.run_dir})")
 
     def _resume(self, search, command, now: float) -> str:
         if not self.paused:
             return "not paused; the run goes on"
-        self._paused_s += now - self._paused_at
+        paused_s = now - self._paused_at
+        self._paused_s += paused_s
         self.paused, self._paused_at = False, None
-        self.steering.publish("resumed", {})
+        search.events.append(("resumed", {"paused_s": round(paused_s, 1)}))
         return "resumed"
 
     def _stop(self, search, command, now: float) -> str:
         self.stopping = True
-        self.steering.publish("stopping", {"in_flight": search.in_flight()})
+        search.events.append(("stopping", {"by": "atoll stop", "in_flight": search.in_flight()}))
         return ("stopping as on Ctrl-C: everything finished is committed, work in flight is dropped and redone by "
                 f"a resume ({resume_command(search.run_dir)})")
 
@@ -99,7 +100,7 @@ class Helm:
             search.proposals.budget.limits = new.mutator.llm.budget
         search.archive.con.execute("UPDATE runs SET config = ? WHERE run_id = ?",
                                    [json.dumps(new.model_dump(mode="json")), search.run_id])
-        self.steering.publish("budget-set", {"key": key, "value": _get(new, key)})
+        search.events.append(("budget-set", {"key": key, "value": _get(new, key)}))
         return f"{key} = {_get(new, key)} (kept in the run's config, so a resume keeps it too)"
 
     def _status(self, search, command, now: float) -> dict:

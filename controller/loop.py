@@ -8,6 +8,8 @@ islands decide parents, the mutator proposes, the evaluator scores.
 """
 from __future__ import annotations
 
+import os
+import socket
 import time
 from collections import defaultdict
 
@@ -192,6 +194,10 @@ class Search(EvaluatorPool, Outcomes, LostActors):
         self._start_actors()
         start = time.monotonic()
         self.helm.begin(start)
+        # each session of the run in the archive: with "stopping" (what stopped it), a session that has
+        # none before the next "started" ended without a word (kill -9, a lost machine)
+        self.events.append(("started", {"pid": os.getpid(), "host": socket.gethostname(),
+                                        "search_evaluations": self.done}))
         progress = self.progress = Progress(self, self.config.run.max_evals, self.config.run.max_wall_s)
         cadence = Cadence(self.config.controller.commit_every_s, self.config.controller.snapshot_every_s,
                           time.monotonic())
@@ -209,8 +215,9 @@ class Search(EvaluatorPool, Outcomes, LostActors):
                         # out of wall time: submit nothing more, let what runs finish and commit
                         drain_until = now + self.config.evaluator.sandbox.wall_s + 5
                         status = "wall-time" if self._budget_left() > 0 else status
-                        if self.pending:  # said on stderr, and archived for `atoll watch` and queries
-                            in_flight, within = len(self.pending), round(drain_until - now)
+                        if self.in_flight():  # said on stderr, and archived for `atoll watch` and queries
+                            # (jobs waiting for an evaluator still starting count: they run once it is up)
+                            in_flight, within = self.in_flight(), round(drain_until - now)
                             self.events.append(("wall-time-reached", {"in_flight": in_flight,
                                                                       "finish_within_s": within}))
                             self.notices.append(
@@ -239,6 +246,9 @@ class Search(EvaluatorPool, Outcomes, LostActors):
         except KeyboardInterrupt:
             signals.stopping()  # a second Ctrl-C must not break off the last commit
             status = "interrupted"
+            if not self.helm.stopping:  # `atoll stop` archived its own
+                by = signals.STOPPED_BY[0] if signals.STOPPED_BY else "Ctrl-C (SIGINT)"
+                self.events.append(("stopping", {"by": by, "in_flight": self.in_flight()}))
             self._cancel_all()
         except Exception as exc:
             self.disk_full = faults.disk_full(exc, self.run_dir)

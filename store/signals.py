@@ -1,4 +1,4 @@
-"""Ctrl-C and SIGTERM wait for a transaction to end.
+"""Ctrl-C, SIGTERM and a hangup (SIGHUP) wait for a transaction to end.
 
 Python raises KeyboardInterrupt wherever the main thread is when Ctrl-C arrives, and
 DuckDB turns one that arrives during a query into `RuntimeError: Query interrupted`.
@@ -6,22 +6,27 @@ Inside a transaction either one rolls the batch back and escapes the caller's
 `except KeyboardInterrupt`, so a stop pressed during a commit ended the run with a
 traceback and lost the batch. `held()` notes the signals that arrive in its block and
 delivers them, each once, to the handlers that were there before, once the block ends.
-A transaction lasts milliseconds to seconds; kill -9 still quits at once.
+A transaction lasts milliseconds to seconds; kill -9 still quits at once. A hangup (the
+terminal or the ssh session behind it went away) stops a run as Ctrl-C does, unless the
+run was started to outlive it (`nohup`, which ignores SIGHUP: that stays as it is); what
+is printed after it goes nowhere, since writing to a hung-up terminal fails.
 """
 from __future__ import annotations
 
 import os
 import signal
+import stat
 import sys
 import threading
 from contextlib import contextmanager
 
-_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+STOPPED_BY: list[str] = []  # what began this process's stop: a signal's name or "atoll stop" (the archive's event)
 
 
 @contextmanager
 def held():
-    """Defer Ctrl-C and SIGTERM until the block ends (main thread only: others never get signals)."""
+    """Defer Ctrl-C, SIGTERM and SIGHUP until the block ends (main thread only: others never get signals)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -72,16 +77,42 @@ def stopping() -> None:
         return
     signal.signal(signal.SIGINT, still_stopping)
     signal.signal(signal.SIGTERM, still_stopping)
+    if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:  # started under nohup: it stays ignored
+        signal.signal(signal.SIGHUP, still_stopping)
 
 
 def still_stopping(signum=None, frame=None) -> None:
     """Say what is left of a stop and how to quit at once, once a process (a signal handler: it
-    imports nothing, as a signal may come in the middle of an import)."""
+    imports nothing, as a signal may come in the middle of an import). A hangup says nothing: the
+    terminal is gone."""
+    if signum == signal.SIGHUP:
+        off_the_terminal()
+        return
     if not _SAID:
         _SAID.append(signum)
-        print(f"atoll: still stopping: committing what finished, then stopping Ray (seconds). kill -9 "
-              f"{os.getpid()} quits at once; a resume then redoes the last seconds' work.", file=sys.stderr,
-              flush=True)
+        try:
+            print(f"atoll: still stopping: committing what finished, then stopping Ray (seconds). kill -9 "
+                  f"{os.getpid()} quits at once; a resume then redoes the last seconds' work.", file=sys.stderr,
+                  flush=True)
+        except OSError:  # nowhere to say it (a terminal that hung up): the stop goes on
+            pass
 
 
 _SAID: list = []
+
+
+def off_the_terminal() -> None:
+    """After a hangup, whatever is printed to the terminal goes nowhere instead of failing (a hung-up
+    terminal answers every write with EIO, which would break the stop off). Output to a file or a
+    pipe stays where it is. A signal handler's: it imports nothing."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        return
+    for fd in (1, 2):
+        try:
+            if stat.S_ISCHR(os.fstat(fd).st_mode):  # a terminal (a hung-up one may no longer say it is a tty)
+                os.dup2(null, fd)
+        except OSError:
+            pass
+    os.close(null)

@@ -16,6 +16,7 @@ from controller import control
 from controller.cli import UserError
 from controller.control_client import ControlClient
 from controller.control_server import pb, rpc
+from store.query import run_query
 from tests.controller.runs import CONFIG, TINY, atoll, committed_ids, counts, kill_group, proposed_texts, start
 
 TOKEN = "a-user-token-of-32-characters-xy"
@@ -151,6 +152,12 @@ def test_every_call_works_on_a_live_run_and_a_wrong_token_is_refused(segment_one
     for kind in ("budget-set", "new-best", "paused", "resumed", "stopping", "ended"):
         assert kind in kinds, kinds
     assert seen["events"][-1] == ("ended", {"status": "interrupted"})
+    # and in the archive, for whoever asks later what happened to the run
+    archived = run_query(seen["run_dir"], "SELECT kind, data FROM events WHERE kind IN ('started', 'paused', "
+                                          "'resumed', 'stopping', 'budget-set') ORDER BY ts")[1]
+    kinds = [kind for kind, _ in archived]
+    assert kinds[0] == "started" and kinds[-1] == "stopping" and {"paused", "resumed", "budget-set"} <= set(kinds)
+    assert json.loads(archived[-1][1])["by"] == "atoll stop", archived
 
 
 def test_stop_commits_everything_and_resume_ends_exactly_at_a_lowered_budget(segment_one):
@@ -172,11 +179,11 @@ def test_stop_commits_everything_and_resume_ends_exactly_at_a_lowered_budget(seg
         no_token = atoll(tmp, "set", run_dir, "run.max_evals=30", timeout=60)
         (tmp / "wrong").write_text("y" * 32)
         wrong = atoll(tmp, "pause", run_dir, "--token-file", tmp / "wrong", timeout=60)
-        wrong_watch = atoll(tmp, "watch", run_dir, "--token-file", tmp / "wrong", "--every", "1", timeout=60)
         watch = start(tmp, "watch", run_dir, "--every", "1", ATOLL_CONTROL_TOKEN=TOKEN)
         # paused first, so the budget can be lowered to 6 past what is done however fast the run goes
         # (unpaused, a fast machine had finished more than that before the call arrived, and it was refused)
         paused = atoll(tmp, "pause", run_dir, timeout=60, ATOLL_CONTROL_TOKEN=TOKEN)
+        wrong_watch = atoll(tmp, "watch", run_dir, "--token-file", tmp / "wrong", "--every", "1", timeout=60)
         client = ControlClient(run_dir, token=TOKEN)
         wait_for("in-flight work to finish", lambda: client.status().in_flight == 0, proc)
         settled = wait_for("everything finished to be committed",

@@ -149,7 +149,7 @@ def test_a_sigterm_while_ray_starts_stops_the_run_in_one_line_and_leaves_no_ray_
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 130, (proc.returncode, err)
-        assert "atoll run: stopped (Ctrl-C or SIGTERM)" in err and "Traceback" not in err, err
+        assert "atoll run: stopped (Ctrl-C, SIGTERM or SIGHUP)" in err and "Traceback" not in err, err
         time.sleep(1.0)  # what Ray's shutdown stopped is gone by now; what it left is not
         left = [pid for pid in os.listdir("/proc") if pid.isdigit() and _environ_has(pid, str(temp))]
         assert left == [] and not list(temp.glob("ray/session_2*")), (left, list(temp.glob("ray/*")))
@@ -193,8 +193,61 @@ def test_query_answers_during_a_live_run_and_a_second_ctrl_c_while_stopping_is_o
     assert err.count("atoll: still stopping: committing what finished") == 1, err
     assert f"stopped; everything finished is committed. Continue with: atoll resume {run_dir}" in out
     assert "interrupted" in atoll_cli("status", str(run_dir)).stdout
+    # the session and what stopped it, in the archive
+    sessions = run_query(run_dir, "SELECT kind, json_extract_string(data, '$.by') FROM events "
+                                  "WHERE kind IN ('started', 'stopping') ORDER BY ts")[1]
+    assert sessions == [("started", None), ("stopping", "Ctrl-C (SIGINT)")], sessions
     runs = [json.loads(line) for line in atoll_cli("runs", "--json").stdout.splitlines()]
     assert [r["status"] for r in runs if str(run_dir) in json.dumps(r)] == ["interrupted"], runs
+
+
+def test_a_hangup_of_the_runs_terminal_stops_it_as_ctrl_c_does_and_a_resume_finishes_it(atoll_cli, tmp_path):
+    """The terminal the run was started from goes away (an ssh session dropped): the kernel hangs the
+    terminal up and sends SIGHUP. It killed the driver with everything committed but its archive's
+    log, socket, control record and Ray's session left behind; now it stops as on Ctrl-C (its prints
+    to the hung-up terminal go nowhere instead of failing with EIO) and says what stopped it in the
+    archive's events; a resume then finishes the budget exactly."""
+    import fcntl
+    import pty
+    import termios
+    import threading
+
+    run_dir = tmp_path / "run"
+    master, slave = pty.openpty()
+    cmd = [sys.executable, "-m", "controller", "run", "configs/inventory.toml", "--run-dir", str(run_dir),
+           "--max-evals", "24", "--no-report", *TINY]
+    # a session of its own whose controlling terminal is the pty, as a login shell's command has
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(tmp_path), stdin=slave, stdout=slave, stderr=slave,
+                            start_new_session=True, preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))  # noqa: PLW1509
+    os.close(slave)
+    shown = []
+
+    def drain():  # the terminal's screen
+        with contextlib.suppress(OSError):
+            while chunk := os.read(master, 4096):
+                shown.append(chunk)
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        assert _wait_for_evaluations(run_dir, 2, proc) >= 2
+        os.close(master)  # the hangup
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, (proc.returncode, b"".join(shown)[-2000:])
+    assert b"sandbox: no-network" in b"".join(shown)  # it was the run's terminal
+    left = sorted(p.name for p in run_dir.iterdir() if p.name in ("archive.duckdb.wal", "archive.sock", "control.json"))
+    assert left == [], left
+    assert "interrupted" in atoll_cli("status", str(run_dir)).stdout
+    [(by,)] = run_query(run_dir, "SELECT json_extract_string(data, '$.by') FROM events WHERE kind = 'stopping'")[1]
+    assert by == "a hangup (SIGHUP)"
+    done = _counts(run_dir)[0]
+    assert 2 <= done < 24
+    atoll_cli("resume", str(run_dir), "--no-report")
+    assert _counts(run_dir) == (24, 24)
+    assert [k for (k,) in run_query(run_dir, "SELECT kind FROM events WHERE kind IN ('started', 'stopping') "
+                                             "ORDER BY ts")[1]] == ["started", "stopping", "started"]
 
 
 @pytest.mark.parametrize("args, needle", [
