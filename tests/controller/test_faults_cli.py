@@ -277,6 +277,14 @@ def test_a_damaged_archive_is_resumed_from_its_backup_which_keeps_the_damaged_fi
     shown = atoll(tmp_path, "status", run_dir).stdout  # when it was made, and what it holds
     assert f"backup: {backup}, of " in shown and (f", {len(saved)} search evaluations (if the archive is ever "
                                                   f"damaged: atoll resume {run_dir} --from-backup)") in shown, shown
+    copy = tmp_path / "copy"  # the run with a disk error in the middle of its archive: a block's checksum fails
+    shutil.copytree(run_dir, copy)
+    _disk_error(copy / "archive.duckdb")
+    for args in (["status", copy], ["query", copy, "SELECT count(*) FROM evaluations"], ["best", copy]):
+        out = atoll(tmp_path, *args, timeout=60)
+        line = _one_line(out.stderr)
+        assert out.returncode == 2 and "Corrupt database file: computed checksum" in line, out.stderr
+        assert line.endswith(f"can be resumed from, keeping the damaged file: atoll resume {copy} --from-backup"), line
     path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
     cut = path.read_bytes()
     offer = f"can be resumed from, keeping the damaged file: atoll resume {run_dir} --from-backup"
@@ -300,6 +308,14 @@ def test_a_damaged_archive_is_resumed_from_its_backup_which_keeps_the_damaged_fi
     assert said.returncode == 2 and _one_line(said.stderr) == (
         f"atoll: {lost} is not a run directory (no archive.duckdb in it), but its backup is there "
         f"(archive.backup.duckdb): atoll resume {lost} --from-backup")
+
+
+def _disk_error(path) -> None:
+    """80 KB of noise from 200 KB on, as `dd if=/dev/urandom of=PATH bs=1k seek=200 count=80 conv=notrunc`."""
+    assert path.stat().st_size > 280 * 1024
+    with open(path, "r+b") as file:
+        file.seek(200 * 1024)
+        file.write(os.urandom(80 * 1024))
 
 
 def test_resuming_a_completed_run_says_so_and_starts_nothing_and_the_domain_cannot_change(tmp_path):
