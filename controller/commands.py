@@ -36,7 +36,7 @@ def cmd_run(args) -> int:
     root = storage_root(config, args.run_dir)  # in a Ray job: never inside Ray's copy of the working dir
     protections = _sandbox_protections(config)
     _memory_checked(config)
-    _keys_checked(config)
+    _models_checked(config)
     if args.run_dir:
         rundir.check_free(Path(args.run_dir))
     rundir.check_can_make(Path(args.run_dir) if args.run_dir else root)
@@ -103,7 +103,7 @@ def cmd_resume(args) -> int:
         if getattr(args, "set", None):  # e.g. a resume that adds or drops an LLM model
             config = validate(apply_overrides(run["config"], list(args.set)))
             _same_domain(stored, config, archive.count_evaluations(run_id, "search"))
-        _keys_checked(config)
+        _models_checked(config)
         args.control = _control_setup(config)
         if getattr(args, "set", None):
             archive.con.execute("UPDATE runs SET config = ? WHERE run_id = ?",
@@ -146,12 +146,21 @@ def _differences(before, after, where: str) -> list[tuple[str, object, object]]:
     return [] if before == after else [(where, before, after)]
 
 
-def _keys_checked(config) -> None:
-    """Every LLM model's API key can be read here, where the driver reads it: a missing one is a
-    line before the run exists (or before a resume starts Ray), not an error after it started."""
+def _models_checked(config) -> None:
+    """What the driver can know of each LLM model is there: its API key, read here, and a local
+    model's llama.cpp and default weights. A missing one is a line before the run exists (or
+    before a resume starts Ray), not an error after it started. (A vLLM model's environment is
+    the GPU node's, which may differ from this one's: its server says what it lacks.)"""
     from workers.llm.client import api_key
+    from workers.llm.local_server import missing
 
     for cfg in config.mutator.llm.models if config.mutator.llm else ():
+        lacking = missing(cfg) if cfg.backend == "local" else []
+        if lacking:
+            what, how = zip(*lacking)
+            raise UserError(f"mutator.llm model {cfg.name!r} (backend = \"local\") cannot start without "
+                            f"{' and '.join(what)}; install {'them' if len(how) > 1 else 'it'} with: "
+                            f"{' and: '.join(how)}")
         env, file = getattr(cfg, "api_key_env", None), getattr(cfg, "api_key_file", None)
         try:
             api_key(env, file)

@@ -6,6 +6,7 @@ directory (a run's `memory.library` key overrides both for that run only).
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from controller.cli import UserError
 from store.library import Library, LibraryError, default_path
@@ -38,7 +39,7 @@ def cmd_runs(args) -> int:
     rows = _read(lambda con: records.runs(con, args.domain))
     cols = ["run_id", "status", "domain", "fingerprint", "evaluations", "best search score", "warm start from",
             "run_dir", "started"]
-    table = [(r["run_id"], r["status"], r["domain"], r["fingerprint"], r["evaluations"],
+    table = [(r["run_id"], _shown_status(r), r["domain"], r["fingerprint"], r["evaluations"],
               None if r["best_search_score"] is None else f"{r['best_search_score']:.5g}",
               _warm_text(r["warm_start"]), r["run_dir"], str(r["started_at"])[:19]) for r in rows]
     gone = sum(not holds_archive(r["run_dir"]) for r in rows)
@@ -47,6 +48,16 @@ def cmd_runs(args) -> int:
             "`atoll query --library` leaves them out" if gone else None)
     print_rows(cols, table, note, args.json)
     return 0
+
+
+def _shown_status(run: dict) -> str:
+    """The catalogued status, except that a `running` run no live driver holds (its driver killed
+    before it could say how it ended) says so; a run directory that is not here is left as catalogued."""
+    from controller.rundir import STOPPED, driver_holds
+
+    if run["status"] == "running" and run["run_dir"] and driver_holds(Path(run["run_dir"])) is False:
+        return STOPPED
+    return run["status"]
 
 
 def cmd_skills(args) -> int:

@@ -23,6 +23,7 @@ console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ e
 
 
 def cmd_status(args) -> int:
+    from controller.rundir import STOPPED
     from store.query import is_damaged, is_live
 
     run_dir = Path(args.run_dir)
@@ -36,12 +37,14 @@ def cmd_status(args) -> int:
         cols, rows, note = query_run(run_dir, sql)
     except UserError:  # an archive from before the sandbox's protections were stored
         cols, rows, note = query_run(run_dir, sql.replace(", array_to_string(r.protections, ', ') AS sandbox", ""))
+    unheld = not is_live(note) and not is_damaged(note)  # the query read the file: no live driver holds it
+    rows = [(run_id, STOPPED if unheld and status == "running" else status, *rest) for run_id, status, *rest in rows]
     print_rows(cols, rows, note)
     if rows:
         _status_llm(run_dir, rows[-1][0])
         if not is_damaged(note):
             _status_backup(run_dir)
-    if not is_live(note) and not is_damaged(note) and any(row[1] == "running" for row in rows):
+    if any(row[1] == STOPPED for row in rows):
         console.print("no driver holds this run: it stopped without ending (crash, kill or lost machine); "
                       f"everything committed is kept. Continue with: atoll resume {run_dir} (a run submitted as a "
                       f"Ray job: atoll submit --resume {run_dir} --address http://HEAD:8265)", soft_wrap=True)

@@ -9,6 +9,7 @@ only once it holds a run, whenever the driver is killed.
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
 import time
@@ -18,6 +19,8 @@ from controller.cli import UserError
 
 ARCHIVE = "archive.duckdb"
 BACKUP = "archive.backup.duckdb"  # controller.backup
+STOPPED = "stopped without ending (no driver holds it)"  # what `atoll status` and `atoll runs` show for a
+# run whose stored status is still `running` (its driver was killed, or its machine lost)
 
 
 def open_archive(run_dir: Path, read_only: bool = False, patience_s: float = 3.0):
@@ -43,6 +46,29 @@ def open_archive(run_dir: Path, read_only: bool = False, patience_s: float = 3.0
             if time.monotonic() > deadline:
                 raise in_use(run_dir, str(exc)) from None
         time.sleep(0.1)
+
+
+def driver_holds(run_dir: Path) -> bool | None:
+    """Whether a live process holds the run's archive for writing (its driver, or `atoll report`);
+    None when this cannot be told here (no archive, or one this user cannot read).
+
+    DuckDB locks the whole file while a writer has it open, and the kernel drops that lock when
+    the process dies, kill -9 included. This asks by taking a shared lock for an instant, as any
+    reader of the archive does (a driver that opens it meanwhile waits that out, see `open_archive`).
+    """
+    import fcntl
+
+    try:
+        fd = os.open(run_dir / ARCHIVE, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as exc:
+        return True if exc.errno in (errno.EACCES, errno.EAGAIN) else None
+    finally:
+        os.close(fd)  # and with it the lock taken
+    return False
 
 
 def backup_left(run_dir: Path) -> str:

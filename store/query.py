@@ -19,6 +19,7 @@ from store.readonly import (
     cut_short,
     explained,
     first_line,
+    is_damage_error,
     is_lock_error,
     reads,
 )
@@ -34,8 +35,14 @@ DAMAGED_NOTE = "damaged archive: "
 
 
 def is_damaged(note: str | None) -> bool:
-    """Whether `run_query`'s note says the archive's file was cut short (`cut_short`)."""
+    """Whether `run_query`'s note, or its QueryError, says the archive's file is damaged: cut short
+    (`cut_short`), or a block whose checksum does not match (a disk error)."""
     return bool(note) and note.startswith(DAMAGED_NOTE)
+
+
+def _damaged(why: str, readable: bool = True) -> str:
+    return (f"{DAMAGED_NOTE}{why}; {'what lies in its undamaged blocks can be read, ' if readable else ''}a resume "
+            "cannot start from it. If the run directory exists elsewhere (the node it ran on, a backup), use that copy")
 
 
 def is_live(note: str | None) -> bool:
@@ -58,22 +65,24 @@ def run_query(run_dir: str | Path, sql: str) -> tuple[list[str], list[tuple], st
     try:
         con = duckdb.connect(str(archive), read_only=True, config=_READ_ONLY)
     except duckdb.Error as exc:  # another process's lock, or this process's own writer
+        if is_damage_error(exc):
+            raise QueryError(_damaged(f"{archive} does not open: {first_line(exc)}", readable=False)) from None
         if not is_lock_error(exc) and "same database file" not in str(exc):
             raise QueryError(f"cannot open {archive}: {first_line(exc)}") from None
         return _ask_holder(run_dir, sql, first_line(exc))
     note = None
     try:
         missing = cut_short(con, archive)
-        note = (f"{DAMAGED_NOTE}{missing}; what lies in the blocks it still has can be read, a resume cannot start "
-                "from it. If the run directory exists elsewhere (the node it ran on, a backup), use that copy"
-                if missing else None)
+        note = _damaged(missing) if missing else None
         for statement in statements:
             cursor = con.execute(statement)
         if cursor.description is None:
             return [], [], note
         return [d[0] for d in cursor.description], cursor.fetchall(), note
     except duckdb.Error as exc:
-        raise QueryError(f"{note} (this query needs a part that is gone)" if note else explained(exc)) from None
+        if note or is_damage_error(exc):  # a checksum that does not match, met by this query
+            raise QueryError(f"{note or _damaged(first_line(exc))} (this query needs a damaged part)") from None
+        raise QueryError(explained(exc)) from None
     finally:
         con.close()
 

