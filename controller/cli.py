@@ -6,6 +6,7 @@ ends with one clear line on stderr and exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import textwrap
@@ -190,12 +191,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in _SEARCHING:
         commands.stop_on_signals()
     try:
-        return getattr(commands, f"cmd_{args.command.replace('-', '_')}")(args)
+        status = getattr(commands, f"cmd_{args.command.replace('-', '_')}")(args)
+        sys.stdout.flush()  # here, where a reader that left is caught (at exit it is a traceback)
+        return status
     except (UserError, ConfigError) as exc:
         print(f"atoll: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return _interrupted(args)
+    except BrokenPipeError:  # `atoll best DIR | head`: the reader has what it wanted
+        return _pipe_closed()
     except Exception as exc:
         if signals.interrupted(exc):  # DuckDB's word for a Ctrl-C during a query
             return _interrupted(args)
@@ -207,6 +212,15 @@ def main(argv: list[str] | None = None) -> int:
               "may still read its undamaged parts. If the run directory exists elsewhere (the node it ran on, a "
               f"backup), give that copy{backup.offer(getattr(args, 'run_dir', None))}", file=sys.stderr)
         return 2
+
+
+def _pipe_closed() -> int:
+    """Whoever read the output closed it (`| head`): no traceback, and what is still buffered or
+    printed at exit goes nowhere; 141 as for a process SIGPIPE stopped (128 + 13)."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, sys.stdout.fileno())
+    os.close(null)
+    return 141
 
 
 _SEARCHING = ("run", "resume", "report", "baselines")  # their stop commits first (store.signals.stopping)

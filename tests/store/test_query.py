@@ -136,3 +136,17 @@ def test_a_live_run_is_answered_by_its_holder(run_dir):
 def test_timestamps_with_time_zones_answer(run_dir):
     cols, rows, _ = run_query(run_dir, "SELECT now() AS t, started_at FROM runs")
     assert rows[0][0].tzinfo is not None
+
+
+def test_a_reader_that_leaves_early_ends_the_command_without_a_traceback(shared_run_dir):
+    """`atoll query ... | head -1`: the reader closes the pipe after a line; the command ends at once,
+    quietly, with 141 (as a process stopped by SIGPIPE), not with BrokenPipeError's traceback."""
+    proc = subprocess.Popen([sys.executable, "-m", "controller", "query", "--json", str(shared_run_dir),
+                             "SELECT range AS i, repeat('x', 100) AS pad FROM range(200000)"], cwd=ROOT,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    first = proc.stdout.readline()
+    proc.stdout.close()  # what `head -1` does
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141, err
+    assert first.startswith(b'{"i": 0') and "Traceback" not in err and "BrokenPipe" not in err, err
