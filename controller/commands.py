@@ -102,13 +102,15 @@ def cmd_resume(args) -> int:
         _refuse_failed_seed(archive, run_id)
         done = archive.count_evaluations(run_id, "search")
         changes = list(getattr(args, "set", None) or ())  # e.g. a resume that adds or drops an LLM model
-        config = resumed_config(run["config"], changes, done)
+        config, moved = resumed_config(run["config"], changes, done)
         _keys_checked(config)
         args.control = _control_setup(config)
         if changes:
             archive.con.execute("UPDATE runs SET config = ? WHERE run_id = ?",
                                 [json.dumps(config.model_dump(mode="json")), run_id])
             console.print(f"atoll config changed for the rest of the run: {', '.join(changes)}")
+            for line in moved:
+                print(f"atoll: {line}", file=sys.stderr, flush=True)
         archive.record_protections(run_id, _sandbox_protections(config))
         if run["status"] == "completed" and done >= config.run.max_evals:  # nothing left: no Ray, no models
             console.print(f"atoll: {run_id} completed with its {done} of {config.run.max_evals} evaluations; nothing "
