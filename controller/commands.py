@@ -9,7 +9,8 @@ from pathlib import Path
 
 from controller import rundir
 from controller.cli import UserError
-from controller.config import apply_overrides, load_config, validate
+from controller.config import load_config, validate
+from controller.resume_config import resumed_config
 from controller.memory_commands import cmd_runs, cmd_skills, library_query  # noqa: F401  (the library's commands)
 from controller.domain_commands import cmd_check, cmd_new_domain  # noqa: F401  (the CLI finds commands here)
 from controller.control_commands import cmd_continue, cmd_pause, cmd_set, cmd_stop, cmd_watch  # noqa: F401
@@ -98,19 +99,19 @@ def cmd_resume(args) -> int:
     with rundir.open_archive(run_dir) as archive, LiveReads(archive, run_dir):
         run_id, run = _latest_run(archive, run_dir, "resume")
         args.continue_with = lambda: resume_command(run_dir)
-        stored = config = validate(run["config"])
         _refuse_failed_seed(archive, run_id)
-        if getattr(args, "set", None):  # e.g. a resume that adds or drops an LLM model
-            config = validate(apply_overrides(run["config"], list(args.set)))
-            _same_domain(stored, config, archive.count_evaluations(run_id, "search"))
+        done = archive.count_evaluations(run_id, "search")
+        changes = list(getattr(args, "set", None) or ())  # e.g. a resume that adds or drops an LLM model
+        config, moved = resumed_config(run["config"], changes, done)
         _models_checked(config)
         args.control = _control_setup(config)
-        if getattr(args, "set", None):
+        if changes:
             archive.con.execute("UPDATE runs SET config = ? WHERE run_id = ?",
                                 [json.dumps(config.model_dump(mode="json")), run_id])
-            console.print(f"atoll config changed for the rest of the run: {', '.join(args.set)}")
+            console.print(f"atoll config changed for the rest of the run: {', '.join(changes)}")
+            for line in moved:
+                print(f"atoll: {line}", file=sys.stderr, flush=True)
         archive.record_protections(run_id, _sandbox_protections(config))
-        done = archive.count_evaluations(run_id, "search")
         if run["status"] == "completed" and done >= config.run.max_evals:  # nothing left: no Ray, no models
             console.print(f"atoll: {run_id} completed with its {done} of {config.run.max_evals} evaluations; nothing "
                           f"to resume. Give it more with: atoll resume {run_dir} --set run.max_evals=N (its held-out "
@@ -119,31 +120,6 @@ def cmd_resume(args) -> int:
         console.print(f"atoll resuming {run_id}: {done}/{config.run.max_evals} evaluations done")
         _connect(args.ray_address)
         return _search(config, archive, run_id, run_dir, args)
-
-
-def _same_domain(before, after, scored: int) -> None:
-    """Refuse a resume's `--set` that changes the domain or its options (defaults filled in, as the
-    library's fingerprint sees them): the run's scores so far were measured with the old ones, and its
-    islands, its best and the library's elites compare them all."""
-    from controller.memory import fingerprint
-
-    if fingerprint(before.domain) == fingerprint(after.domain):
-        return
-    changed = _differences(before.model_dump(mode="json")["domain"], after.model_dump(mode="json")["domain"],
-                           "domain") or [("domain", "", "")]
-    key, old, new = changed[0]
-    raise UserError(f"--set {key}: a resume cannot change the domain or its options ({key} was {json.dumps(old)}, "
-                    f"would be {json.dumps(new)}): the run's {scored} search scores were measured with the old "
-                    "ones, and its islands and best compare them all. Start a new run with the new value instead "
-                    "(atoll run CONFIG --set ...)")
-
-
-def _differences(before, after, where: str) -> list[tuple[str, object, object]]:
-    """(dotted key, before, after) for each leaf that differs between two config trees."""
-    if isinstance(before, dict) and isinstance(after, dict):
-        return [change for key in sorted(set(before) | set(after))
-                for change in _differences(before.get(key), after.get(key), f"{where}.{key}")]
-    return [] if before == after else [(where, before, after)]
 
 
 def _models_checked(config) -> None:

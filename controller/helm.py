@@ -149,10 +149,17 @@ def budget_change(config, key: str, value: str, floor_evals: int):
         raise Refused(_first_error(exc)) from None
     except ConfigError as exc:
         raise Refused(str(exc)) from None
-    if key == "run.max_evals" and new.run.max_evals < floor_evals:
-        raise Refused(f"run.max_evals: {new.run.max_evals} is below the {floor_evals} evaluations finished or "
-                      f"under way; give at least {floor_evals}")
+    if key == "run.max_evals":
+        evals_floor_checked(new, floor_evals)
     return new
+
+
+def evals_floor_checked(config, floor_evals: int) -> None:
+    """Refused when `run.max_evals` is below the evaluations finished or under way: the run would end at
+    once, past its budget (a live `atoll set` and a resume's `--set` alike)."""
+    if config.run.max_evals < floor_evals:
+        raise Refused(f"run.max_evals: {config.run.max_evals} is below the {floor_evals} evaluations finished or "
+                      f"under way; give at least {floor_evals}")
 
 
 def _get(config, key: str):

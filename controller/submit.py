@@ -329,14 +329,16 @@ def storage_root(config, given: str | None) -> Path:
 def cmd_submit(args) -> int:
     from controller.read_commands import console
     from controller.config import load_config, parse_override
+    from controller.resume_config import repoints_data
 
     if bool(args.config) == bool(args.resume):
         raise UserError("submit: give a CONFIG to start a run, or --resume RUN_DIR to continue one (not both)")
     if args.from_backup and not args.resume:
         raise UserError("submit: --from-backup goes with --resume RUN_DIR (a new run has no backup)")
     args.set = list(args.set) + ([f"run.max_evals={args.max_evals}"] if args.max_evals is not None else [])
-    domain = [item for item in args.set if parse_override(item)[0][0] == "domain"]  # a bad --set stops here too
-    if args.resume and domain:  # the job's `atoll resume` would refuse it (controller.commands._same_domain)
+    keys = [(item, parse_override(item)[0]) for item in args.set]  # a bad --set stops here too
+    domain = [item for item, key in keys if key[0] == "domain" and not repoints_data(key)]  # the job checks those
+    if args.resume and domain:  # the job's `atoll resume` would refuse it (controller.resume_config)
         raise UserError(f"--set {domain[0]}: a resume cannot change the domain or its options (the run's scores "
                         "so far were measured with them); submit a new run with the new value: atoll submit CONFIG "
                         "--set ...")

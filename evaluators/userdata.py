@@ -19,7 +19,7 @@ import hashlib
 import os
 import sys
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, get_args
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
@@ -79,6 +79,18 @@ def pinned(options: dict, validated: BaseModel) -> dict:
             raw = options[key] if isinstance(options[key], dict) else {}
             out[key] = dict(raw, path=value.path, sha256=value.sha256)
     return out
+
+
+def data_options(model: type[BaseModel]) -> dict[str, type[UserData]]:
+    """The options of a domain's config model that name a user's data, each with its UserData class."""
+    found = {name: _data_class(field.annotation) for name, field in model.model_fields.items()}
+    return {name: cls for name, cls in found.items() if cls is not None}
+
+
+def _data_class(annotation) -> type[UserData] | None:
+    if isinstance(annotation, type) and issubclass(annotation, UserData):
+        return annotation
+    return next((cls for arg in get_args(annotation) if (cls := _data_class(arg)) is not None), None)
 
 
 def hidden(path: str) -> tuple[str, ...]:

@@ -188,6 +188,14 @@ def test_a_resume_that_would_change_the_domain_is_refused_before_it_is_sent(tmp_
     assert needle in out.stderr
 
 
+def test_a_resume_that_points_the_data_at_a_new_path_is_sent_for_the_job_to_check(tmp_path):
+    """The job's `atoll resume` takes it on the same content (tests/controller/test_resume_config.py)."""
+    out = atoll(tmp_path, "submit", "--resume", "/tmp/r", "--set", "domain.options.demand_history.path=/new/d.csv",
+                "--address", "http://127.0.0.1:9", timeout=60)
+    assert out.returncode == 2 and "cannot change the domain" not in out.stderr, out.stderr
+    assert "no Ray cluster's job server answers there" in out.stderr
+
+
 def test_a_resume_from_the_backup_is_what_the_job_runs_and_a_new_run_has_none(tmp_path):
     from controller.cli import build_parser
     from controller.submit import entrypoint
