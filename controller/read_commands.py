@@ -102,14 +102,16 @@ def query_run(run_dir: Path, sql: str):
 
 
 def print_rows(cols, rows, note, as_json=False) -> None:
-    """Rows as a table, or as JSON lines; the note (a live or stale archive) on stderr."""
-    from rich.table import Table
+    """Rows as a table, or as JSON lines; the note (a live or stale archive) on stderr. A value too wide
+    for its column folds onto the next lines, whole: a run directory or an id cut to `prici…` is of
+    no use to whoever has to type it."""
+    from rich.table import Column, Table
 
     if as_json:
         for row in rows:
             print(json.dumps(dict(zip(cols, row)), default=str))
     else:
-        table = Table(*cols)
+        table = Table(*(Column(col, overflow="fold") for col in cols))
         for row in rows:
             table.add_row(*("" if v is None else str(v) for v in row))
         console.print(table)

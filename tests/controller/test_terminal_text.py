@@ -1,8 +1,14 @@
 """What the commands print is data, printed as it is: rich's markup would read `params[i]`
 or `[atoll]` in a program, an error or a path as a style tag and drop it from the screen."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 from store.duckdb_archive import DuckDBArchive
 from store.records import Candidate, EvalResult, Status
 
+ROOT = Path(__file__).resolve().parents[2]
 CODE = 'PARAMS = {"w": (1.0, 0.0, 2.0)}\n\n\ndef policy(state, params):\n    return [params[i] for i in state]  # [atoll]\n'
 ERROR = "IndexError at season.visits[t + 1000] in [bold]simulate[/]"
 
@@ -21,3 +27,22 @@ def test_query_and_status_print_code_errors_and_paths_as_they_are(tmp_path, atol
     assert "season.visits[t + 1000] in [bold]simulate[/]" in error
     status = atoll_cli("status", str(run_dir)).stdout  # a run left "running": the line says how to resume it
     assert f"atoll resume {run_dir} " in status
+
+
+def test_a_table_narrower_than_its_values_folds_them_whole(tmp_path):
+    """`atoll runs` or `atoll query` in an 80-column terminal: a run directory too wide for its
+    column is folded onto the next lines, every character kept (it had been cut to `/tmp…`)."""
+    run_dir = tmp_path / "runs" / "pricing-20261206-123734-a-long-enough-name"
+    run_dir.mkdir(parents=True)
+    with DuckDBArchive(run_dir / "archive.duckdb") as archive:
+        archive.create_run("r1", {})
+    sql = (f"SELECT 'pricing-20261206-123734' AS run_id, 'completed' AS status, 'pricing' AS domain, "
+           f"'abc123def456' AS fingerprint, 12 AS evaluations, '{run_dir}' AS run_dir, "
+           f"'2026-12-06 12:37:34' AS started")
+    out = subprocess.run([sys.executable, "-m", "controller", "query", str(run_dir), sql], cwd=ROOT, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="80"), capture_output=True,
+                         timeout=120, check=True).stdout
+    body = [line.split("│") for line in out.splitlines() if line.startswith("│")]
+    assert len(body) > 1 and max(map(len, out.splitlines())) <= 80, out  # folded, in the terminal's width
+    assert "".join(cells[6].strip() for cells in body) == str(run_dir), out
+    assert "…" not in out
