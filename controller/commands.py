@@ -46,7 +46,9 @@ def cmd_run(args) -> int:
     run_dir = rundir.claim(config.run.name, args.run_dir, root)
     # for a stop before the search (controller.cli): a run directory with its archive resumes
     args.continue_with = lambda: resume_command(run_dir) if (run_dir / rundir.ARCHIVE).exists() else None
-    run_id = run_dir.resolve().name + "-" + time.strftime("%H%M%S")
+    # a directory made here is named for the run and its start already (rundir.claim); one given is
+    # named by the user, and may hold another run of the same name later (after its archive was moved)
+    run_id = run_dir.resolve().name + ("-" + time.strftime("%H%M%S") if args.run_dir else "")
     secrets = _new_secrets(config)
 
     def setup(archive):
