@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -131,6 +132,30 @@ def cmd_query(args) -> int:
     return 0
 
 
+def metric_lines(metrics: dict, depth: int = 0) -> list[str]:
+    """A program's metrics a line each: numbers to 5 significant digits, a list as its length, a
+    table of tables (per instance, say) a line per row."""
+    lines = []
+    for key, value in metrics.items():
+        if isinstance(value, dict) and depth == 0 and value and all(isinstance(v, dict) for v in value.values()):
+            lines.append(f"{key}:")
+            lines += [f"  {name}: {_inline(row)}" for name, row in value.items()]
+        else:
+            lines.append(f"{key}: {_inline(value)}")
+    return lines
+
+
+def _inline(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.5g}"
+    if isinstance(value, list):
+        return f"[{len(value)} values]"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_inline(v)}" if not isinstance(v, dict) else f"{k} ({_inline(v)})"
+                         for k, v in value.items())
+    return json.dumps(value)
+
+
 def cmd_best(args) -> int:
     run_dir = Path(args.run_dir)
     cols, rows, note = query_run(run_dir, (
@@ -145,7 +170,10 @@ def cmd_best(args) -> int:
                   + ("not evaluated yet" if heldout is None else f"{heldout:.5g}"))
     print(code)
     if metrics:
-        print(json.dumps({k: v for k, v in json.loads(metrics).items() if not isinstance(v, list)}, indent=1))
+        print(f"held-out metrics (whole: atoll query {shlex.quote(str(run_dir))} \"SELECT metrics FROM evaluations "
+              f"WHERE split = 'heldout' AND program_id = '{pid}'\"):")
+        for line in metric_lines(json.loads(metrics)):
+            print("  " + line)
     if note:
         print(note, file=sys.stderr)
     if args.out:

@@ -43,6 +43,10 @@ def test_run_then_best_status_and_query(atoll_cli, tmp_path):
     assert "[atoll] 0/10 evals  0.00/s  best -  in flight " in out.stderr  # a log's progress line says what runs
     best = atoll_cli("best", str(run_dir), "--out", str(tmp_path / "best.py"))
     assert "def policy" in best.stdout and "held-out score" in best.stdout
+    metrics = best.stdout.split("held-out metrics (whole: atoll query ", 1)[1].splitlines()[1:]
+    # a line a metric, an instance's row on one line (it was ~250 lines of JSON, a number a line)
+    assert metrics[0].startswith("  mean_cost: ") and "    poisson-" in best.stdout and len(metrics) < 20, metrics
+    assert any("trajectory_costs [" in line and " values]" in line for line in metrics), metrics
     written = (tmp_path / "best.py").read_text()
     assert written in best.stdout and "def policy" in written and "held-out" not in written
     compile(written, "best.py", "exec")  # the program alone, not the lines around it
