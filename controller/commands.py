@@ -288,27 +288,56 @@ def _racing_summary(archive, run_id) -> None:
 
 
 def cmd_report(args) -> int:
-    from controller.actors import evaluator_count, new_evaluator
-    from evaluators.registry import get_domain
     from store.live import LiveReads
 
     run_dir = Path(args.run_dir)
-    with rundir.open_archive(run_dir) as archive, LiveReads(archive, run_dir):
-        run_id, run = _latest_run(archive, run_dir, "report on")
-        args.continue_with = lambda: f"atoll report {run_dir}"
-        if run["status"] == "running":
-            raise UserError(f"{run_dir}: the run is marked running (live, or stopped without ending); "
-                            f"finish it with: atoll resume {run_dir}")
-        if archive.count_evaluations(run_id, "search") == 0:
-            raise UserError(f"{run_dir} has no search evaluations yet; nothing to report")
-        config = validate(run["config"])
-        secrets = _stored_secrets(archive, run_id, run_dir)
-        _connect(args.ray_address)
-        hide = (str(run_dir.resolve()),)
-        evaluators = [new_evaluator(config, hide, secrets=secrets) for _ in range(evaluator_count(config))]
-        domain = get_domain(config.domain, secrets=secrets)
-        return _guard_disk(run_dir, lambda: _report(archive, run_id, domain, evaluators, run_dir,
-                                                    lambda: new_evaluator(config, hide, secrets=secrets)))
+    try:
+        archive = rundir.open_archive(run_dir)
+    except rundir.NotWritable as unwritable:  # a read-only copy: read it only, if nothing is left to store
+        with rundir.open_archive(run_dir, read_only=True) as archive:
+            return _report_on(archive, run_dir, args, unwritable)
+    with archive, LiveReads(archive, run_dir):
+        return _report_on(archive, run_dir, args)
+
+
+def _report_on(archive, run_dir: Path, args, unwritable: rundir.NotWritable | None = None) -> int:
+    from controller.actors import evaluator_count, new_evaluator
+    from evaluators.registry import get_domain
+
+    run_id, run = _latest_run(archive, run_dir, "report on")
+    args.continue_with = lambda: f"atoll report {run_dir}"
+    if run["status"] == "running":
+        raise UserError(f"{run_dir}: the run is marked running (live, or stopped without ending); "
+                        f"finish it with: atoll resume {run_dir}")
+    if archive.count_evaluations(run_id, "search") == 0:
+        raise UserError(f"{run_dir} has no search evaluations yet; nothing to report")
+    config = validate(run["config"])
+    secrets = _stored_secrets(archive, run_id, run_dir)
+    domain = get_domain(config.domain, secrets=secrets)
+    if unwritable is not None:
+        _read_only_report(archive, run_id, domain, unwritable)
+    _connect(args.ray_address)
+    hide = (str(run_dir.resolve()),)
+    evaluators = [new_evaluator(config, hide, secrets=secrets) for _ in range(evaluator_count(config))]
+    return _guard_disk(run_dir, lambda: _report(archive, run_id, domain, evaluators, run_dir,
+                                                lambda: new_evaluator(config, hide, secrets=secrets)))
+
+
+def _read_only_report(archive, run_id: str, domain, unwritable: rundir.NotWritable) -> None:
+    """A report that may not write the archive goes on only if it would write nothing: every held-out
+    result stored, and the archive at this version's schema. Else the refusal says what is missing."""
+    from controller.report import heldout_programs
+    from store.duckdb_archive import migrations
+
+    programs, stored = heldout_programs(archive, run_id, domain)
+    if len(stored) < len(programs):
+        lacking = len(programs) - len(stored)
+        raise unwritable.because(f"atoll report needs to write it: it lacks {lacking} of the {len(programs)} "
+                                 "held-out results")
+    if {version for version, *_ in migrations()} - set(archive.schema_versions()):
+        raise unwritable.because("atoll report needs to write it: the archive predates this version's schema")
+    console.print(f"[atoll] {unwritable.run_dir} is not writable here; every held-out result is in its archive, "
+                  "so the report reads it only", soft_wrap=True)
 
 
 def _connect(address) -> None:

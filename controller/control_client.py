@@ -3,7 +3,8 @@
 It finds the driver through RUN_DIR/control.json (its address, and the token the
 driver drew for a loopback run); a run bound elsewhere takes the user's token from
 ATOLL_CONTROL_TOKEN or `--token-file`. Every failure is one line: the run is not live,
-the token was refused, a bad budget key or value.
+its control plane cannot be reached from here though it is live, the token was refused, a
+bad budget key or value.
 """
 from __future__ import annotations
 
@@ -26,6 +27,27 @@ class NotLive(UserError):
 def not_live(run_dir: Path, why: str = "") -> UserError:
     return NotLive(f"{run_dir}: the run is not live (no driver is running it now{', ' + why if why else ''}); "
                      f"`atoll status {run_dir}` shows where it stands")
+
+
+class Unreachable(UserError):
+    """The run is live (its driver holds the archive), but its control plane does not answer from here."""
+
+
+def unreachable(run_dir: Path, why: str) -> UserError:
+    """The line for a call that could not connect: the run is live by `atoll status`'s
+    test (its driver, named in control.json, holds the archive), or else it is not live."""
+    from controller.rundir import driver_holds
+
+    record = control.read_record(run_dir)
+    if record is None or not driver_holds(run_dir):
+        return not_live(run_dir, why)
+    pid = record["pid"]
+    return Unreachable(
+        f"{run_dir}: the run is live (driver pid {pid}), but its control plane at {record['address']} cannot be "
+        f"reached from here ({why}): this shell is likely in another network namespace or on another host than the "
+        "run (a run started under `unshare -n`, say), or a firewall is in the way. `atoll status` and `atoll query` "
+        f"still work; to steer it, run this command in the run's network namespace (as root: nsenter -n -t {pid} "
+        "atoll ...)")
 
 
 class ControlClient:
@@ -72,7 +94,7 @@ class ControlClient:
     def explained(self, exc: grpc.RpcError) -> UserError:
         code, details = exc.code(), exc.details() or ""
         if code == grpc.StatusCode.UNAVAILABLE:
-            return not_live(self.run_dir, details.splitlines()[0][:200] if details else "")
+            return unreachable(self.run_dir, details.splitlines()[0][:200] if details else "")
         if code == grpc.StatusCode.UNAUTHENTICATED:
             return UserError(f"{self.run_dir}: the control plane refused the token ({details}); use the run's own "
                              f"token ({control.TOKEN_ENV} or --token-file)")

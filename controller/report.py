@@ -123,12 +123,7 @@ def heldout_report(archive, run_id: str, domain, evaluators, console, new_actor)
     Held-out results already in the archive (an earlier report of this run, stopped
     part-way or not) are reused, not re-evaluated. `new_actor()` replaces an evaluator that died.
     """
-    best = archive.best_program(run_id, "search")
-    programs = {f"baseline: {name}": (f"baseline-{name}-{run_id}", code) for name, code in domain.baselines().items()}
-    if best:
-        programs["evolved best"] = (best["program_id"], best["code"])
-    stored = {label: _as_result(row) for label, (pid, _) in programs.items()
-              if (row := archive.evaluation(pid, "heldout")) is not None}
+    programs, stored = heldout_programs(archive, run_id, domain)
     if stored:
         console.print(f"[atoll] held-out: {len(stored)} of {len(programs)} programs already scored, "
                       f"from the archive: {', '.join(stored)}")
@@ -145,6 +140,18 @@ def heldout_report(archive, run_id: str, domain, evaluators, console, new_actor)
     _print_table(console, f"held-out split ({domain.name})", columns, rows,
                  [*notes, library_note(archive, run_id)])
     return results
+
+
+def heldout_programs(archive, run_id: str, domain) -> tuple[dict, dict]:
+    """The report's programs (label -> (program_id, code)): the baselines and the evolved best; and
+    label -> EvalResult of those whose held-out result the archive holds already."""
+    best = archive.best_program(run_id, "search")
+    programs = {f"baseline: {name}": (f"baseline-{name}-{run_id}", code) for name, code in domain.baselines().items()}
+    if best:
+        programs["evolved best"] = (best["program_id"], best["code"])
+    stored = {label: _as_result(row) for label, (pid, _) in programs.items()
+              if (row := archive.evaluation(pid, "heldout")) is not None}
+    return programs, stored
 
 
 def _with_replay_note(notes: list[str], replay_seed: int | None) -> list[str]:

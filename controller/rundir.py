@@ -39,8 +39,9 @@ def open_archive(run_dir: Path, read_only: bool = False, patience_s: float = 3.0
         try:
             return DuckDBArchive(run_dir / ARCHIVE, read_only=read_only)
         except Exception as exc:  # duckdb's lock error names the holder's pid; nothing was written
-            if "permission denied" in str(exc).lower():
-                raise not_yours(run_dir, read_only) from None
+            error = str(exc).lower()
+            if "permission denied" in error or (not read_only and "read-only file system" in error):
+                raise not_yours(run_dir, read_only, str(exc)) from None
             if not is_lock_error(exc):
                 raise
             if time.monotonic() > deadline:
@@ -78,11 +79,47 @@ def backup_left(run_dir: Path) -> str:
     return f", but its backup is there ({BACKUP}): atoll resume {run_dir} --from-backup"
 
 
-def not_yours(run_dir: Path, read_only: bool) -> UserError:
+def not_yours(run_dir: Path, read_only: bool, error: str = "") -> UserError:
     """The refusal of an archive this user may not open (another user's run, a read-only copy)."""
-    need = "read" if read_only else "write"
-    return UserError(f"{run_dir / ARCHIVE}: permission denied (this command needs to {need} it); run it as the "
-                     "run's owner, or copy the run directory to a folder of your own and give that")
+    if read_only:
+        return UserError(f"{run_dir / ARCHIVE}: permission denied (this command needs to read it); run it as "
+                         "the run's owner, or copy the run directory to a folder of your own and give that")
+    return NotWritable(run_dir, error)
+
+
+class NotWritable(UserError):
+    """This user may not write the run directory's archive (a read-only copy, or another user's run)."""
+
+    def __init__(self, run_dir: Path, error: str, why: str = "this command needs to write it"):
+        self.run_dir, self.error = run_dir, error
+        archive, copy = run_dir / ARCHIVE, "copy the run directory to a folder of your own and give that"
+        if "read-only file system" in error.lower():
+            super().__init__(f"{archive}: read-only file system ({why}); {copy}")
+            return
+        owner = _owner(archive)
+        fix = f"make it writable (chmod -R u+w {run_dir})" if owner is None else f"run it as the run's owner ({owner})"
+        super().__init__(f"{archive}: permission denied ({why}): the run directory is not writable by this "
+                         f"user; {fix}, or {copy}")
+
+    def because(self, why: str) -> NotWritable:
+        """The same refusal, saying why the command needs to write."""
+        return NotWritable(self.run_dir, self.error, why)
+
+
+def _owner(path: Path) -> str | None:
+    """Who owns `path` when that is not this user (None: this user, or cannot be told)."""
+    import pwd
+
+    try:
+        uid = path.stat().st_uid
+    except OSError:
+        return None
+    if uid == os.geteuid():
+        return None
+    try:
+        return f"{pwd.getpwuid(uid).pw_name}, uid {uid}"
+    except KeyError:
+        return f"uid {uid}"
 
 
 def in_use(run_dir: Path, error: str) -> UserError:

@@ -3,9 +3,10 @@
 On a terminal it is a rich table that refreshes with the latest events under it;
 into a file or a pipe it prints a status line every `every` seconds and one line
 per event. It ends when the search ends (the event stream closes) and on Ctrl-C,
-which stops only the watching. A run that is not live, or a refused token, is one
-line and exit 2 before anything is shown, and a refusal of the event stream later
-is too: "the run ended" is said only when the driver ended it or went away.
+which stops only the watching. A run that is not live, a live one whose control plane
+cannot be reached from here, or a refused token, is one line and exit 2 before anything
+is shown, and a refusal of the event stream later is too: "the run ended" is said only
+when the driver ended it or went away.
 """
 from __future__ import annotations
 

@@ -3,9 +3,14 @@
 One run is steered through a first segment (raise the budget, status, a wrong token,
 events, pause, bad budget changes, continue, stop) and resumed in a second segment
 bound beyond loopback with the user's token (lower the budget; the run ends exactly
-there; `atoll watch` follows it to the end).
+there; `atoll watch` follows it to the end). A run in a network namespace of its own, as
+under `unshare -n`, is steered from outside it (refused: live, out of reach) and from inside.
 """
 import json
+import os
+import shutil
+import subprocess
+import sys
 import threading
 import time
 
@@ -17,7 +22,7 @@ from controller.cli import UserError
 from controller.control_client import ControlClient
 from controller.control_server import pb, rpc
 from store.query import run_query
-from tests.controller.runs import CONFIG, TINY, atoll, committed_ids, counts, kill_group, proposed_texts, start
+from tests.controller.runs import CONFIG, ROOT, TINY, atoll, committed_ids, counts, env, kill_group, proposed_texts, start
 
 TOKEN = "a-user-token-of-32-characters-xy"
 
@@ -217,3 +222,46 @@ def test_a_run_bound_beyond_loopback_without_a_token_is_refused_before_it_exists
     assert refused.returncode == 2 and refused.stderr.strip().startswith(
         "atoll: control.host=0.0.0.0 is not a loopback address, so the control plane needs a token")
     assert not (run_dir / "archive.duckdb").exists()
+
+
+def _in_a_network_namespace_of_its_own(tmp_path, *args) -> subprocess.Popen:
+    """`atoll ARGS` as the README starts a run, under `unshare -n`: its loopback is not the test's."""
+    return subprocess.Popen(["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$0" -m controller "$@"',
+                             sys.executable, *map(str, args)], cwd=ROOT, env=env(tmp_path), start_new_session=True,
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("nsenter")),
+                    reason="needs root, unshare and nsenter (util-linux) to give the run a network namespace")
+def test_a_live_run_whose_control_plane_is_out_of_reach_is_said_to_be_live_and_goes_on(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = _in_a_network_namespace_of_its_own(tmp_path, "run", CONFIG, *TINY, "--set", "run.max_evals=60",
+                                              "--run-dir", run_dir, "--no-report")
+    try:
+        record = wait_for("control.json", lambda: control.read_record(run_dir), proc, limit=180)
+        pause = atoll(tmp_path, "pause", run_dir, timeout=60)
+        watch = atoll(tmp_path, "watch", run_dir, "--every", "1", timeout=60)
+        status = atoll(tmp_path, "status", run_dir, timeout=60)
+        refused_at = live_count(run_dir)
+        wait_for("progress after the refusals", lambda: live_count(run_dir) >= refused_at + 2, proc)
+        steered = subprocess.run(["nsenter", "-n", "-t", str(record["pid"]), sys.executable, "-m", "controller",
+                                  "stop", str(run_dir)], cwd=ROOT, env=env(tmp_path), capture_output=True,
+                                 text=True, timeout=60, check=False)  # as the refusal says, from the run's namespace
+        out, err = proc.communicate(timeout=120)
+    finally:
+        kill_group(proc)
+    pid, address = record["pid"], record["address"]
+    for refused in (pause, watch):
+        line = refused.stderr.strip()
+        assert refused.returncode == 2 and refused.stdout == "" and "\n" not in line, (refused.stdout, line)
+        assert line.startswith(f"atoll: {run_dir}: the run is live (driver pid {pid}), but its control plane at "
+                               f"{address} cannot be reached from here (failed to connect"), line
+        assert line.endswith(": this shell is likely in another network namespace or on another host than the run "
+                             "(a run started under `unshare -n`, say), or a firewall is in the way. `atoll status` "
+                             "and `atoll query` still work; to steer it, run this command in the run's network "
+                             f"namespace (as root: nsenter -n -t {pid} atoll ...)"), line
+    assert status.returncode == 0 and f"live run: answered by the process holding it (pid {pid})" in status.stderr
+    assert steered.returncode == 0 and steered.stdout.startswith("stopping as on Ctrl-C"), steered.stderr
+    assert proc.returncode == 130 and f"Continue with: atoll resume {run_dir}" in out, (out, err[-3000:])
+    kinds = [kind for (kind,) in run_query(run_dir, "SELECT kind FROM events ORDER BY ts")[1]]
+    assert "paused" not in kinds and kinds.count("stopping") == 1, kinds  # the refused pause never reached it

@@ -366,7 +366,7 @@ def test_resuming_a_completed_run_says_so_and_starts_nothing_and_the_domain_cann
     out = atoll(tmp_path, "resume", run_dir, timeout=60)
     assert out.returncode == 0, out.stderr
     assert (f"r1 completed with its 2 of 2 evaluations; nothing to resume. Give it more with: atoll resume {run_dir} "
-            "--set run.max_evals=N") in out.stdout
+            f"--set run.max_evals=N (its held-out table: atoll report {run_dir})") in out.stdout
     assert "atoll resuming" not in out.stdout and time.monotonic() - started < 30  # Ray alone takes seconds to start
     changed = atoll(tmp_path, "resume", run_dir, "--set", "run.max_evals=4", "--set", "domain.options.search_periods=99",
                     timeout=60)

@@ -1,10 +1,12 @@
 """A run this user may not write (another user's, a read-only copy), or a temp folder where Ray
-cannot make its session, is one line saying what to do.
+cannot make its session, is one line saying what to do; what only reads it still works.
 
 Root opens any file, so the unprivileged pass (tests/evaluators/sandbox/test_unprivileged.py)
-runs these as uid 65534.
+runs most of these as uid 65534; the report on a read-only copy runs as root without the
+capabilities that override permission bits, so they hold for it as for any owner.
 """
 import os
+import shutil
 import subprocess
 import sys
 
@@ -14,6 +16,7 @@ from controller import rundir
 from controller.cli import UserError
 from store.duckdb_archive import DuckDBArchive
 from tests.conftest import ROOT
+from tests.controller.runs import CONFIG, TINY, atoll, env
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root opens any file; the unprivileged pass runs this")
@@ -30,6 +33,7 @@ def test_a_run_one_may_read_but_not_write_is_read_and_refused_for_writing_in_one
         assert "\n" not in line and line.startswith(f"{run_dir / rundir.ARCHIVE}: permission denied (this command "
                                                      "needs to write it)")
         assert "copy the run directory to a folder of your own" in line
+        assert f"not writable by this user; make it writable (chmod -R u+w {run_dir})" in line  # its owner
         with rundir.open_archive(run_dir, read_only=True) as archive:  # status and query still read it
             assert archive is not None
         with pytest.raises(UserError, match=r"cannot create the run directory .*run/new: Permission denied"):
@@ -58,3 +62,64 @@ def test_a_temp_folder_where_ray_cannot_make_its_session_is_one_line(tmp_path):
     assert last.startswith(f"atoll: the command's own Ray did not start: [Errno 13] Permission denied: '{temp}' "
                            f"(Ray keeps its session in {temp}, "), last
     assert last.endswith(" free there; set RAY_TMPDIR to a folder you can write)"), last
+
+
+BOUND_BY_PERMISSIONS = "-dac_override,-dac_read_search,-fowner"  # root's overrides of permission bits, dropped
+
+
+def _as_an_owner(tmp_path, *args) -> subprocess.CompletedProcess:
+    """`atoll ARGS` as root bound by permission bits, as the owner of a file is when not root."""
+    return subprocess.run(["setpriv", f"--bounding-set={BOUND_BY_PERMISSIONS}", f"--inh-caps={BOUND_BY_PERMISSIONS}",
+                           sys.executable, "-m", "controller", *map(str, args)], cwd=ROOT, env=env(tmp_path),
+                          capture_output=True, text=True, timeout=180, check=False)
+
+
+def _heldout_rows(out: str) -> list[str]:
+    return [line for line in out.splitlines() if line.startswith("│")][-6:]  # the table's 6 rows come last
+
+
+def _read_only_copy(run_dir, to, lacking: str | None = None):
+    shutil.copytree(run_dir, to)
+    if lacking is not None:
+        with DuckDBArchive(to / rundir.ARCHIVE) as archive:
+            archive.con.execute("DELETE FROM evaluations WHERE split = 'heldout' AND program_id LIKE ?", [lacking])
+    subprocess.run(["chmod", "-R", "a-w", str(to)], check=True)
+    return to
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv "
+                    "(util-linux) to drop the capabilities that override permission bits")
+def test_a_report_on_a_read_only_copy_reads_a_complete_table_and_refuses_only_what_it_would_write(tmp_path):
+    run_dir = tmp_path / "run"
+    made = atoll(tmp_path, "run", CONFIG, *TINY, "--max-evals", "3", "--run-dir", run_dir)
+    assert made.returncode == 0 and "held-out split" in made.stdout, made.stderr[-3000:]
+    complete = _read_only_copy(run_dir, tmp_path / "complete")
+    files = sorted(p.name for p in complete.iterdir())
+    lacking = _read_only_copy(run_dir, tmp_path / "lacking", lacking="baseline-myopic-%")
+    read = _as_an_owner(tmp_path, "report", complete)
+    refused = _as_an_owner(tmp_path, "report", lacking)
+    subprocess.run(["chown", "-R", "65534:65534", str(lacking)], check=True)
+    theirs = _as_an_owner(tmp_path, "report", lacking)
+    on_read_only_mount = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", (f"mount --bind {run_dir} {run_dir} && "
+         f"mount -o remount,bind,ro {run_dir} && exec {sys.executable} -m controller resume {run_dir}")],
+        cwd=ROOT, env=env(tmp_path), capture_output=True, text=True, timeout=120, check=False)
+
+    assert read.returncode == 0, read.stderr[-3000:]
+    assert (f"[atoll] {complete} is not writable here; every held-out result is in its archive, so the report "
+            "reads it only") in read.stdout
+    assert "5 of 5 programs already scored" in read.stdout and "scoring" not in read.stdout
+    assert _heldout_rows(read.stdout) == _heldout_rows(made.stdout)  # the run's own table, DP optimum included
+    assert sorted(p.name for p in complete.iterdir()) == files  # nothing written beside it (no WAL, no socket)
+    archive = lacking / rundir.ARCHIVE
+    why = "atoll report needs to write it: it lacks 1 of the 5 held-out results"
+    assert refused.returncode == 2 and refused.stdout == "", refused.stdout
+    assert refused.stderr.strip() == (f"atoll: {archive}: permission denied ({why}): the run directory is not "
+                                      f"writable by this user; make it writable (chmod -R u+w {lacking}), or copy "
+                                      "the run directory to a folder of your own and give that")
+    assert theirs.returncode == 2 and theirs.stderr.strip() == (
+        f"atoll: {archive}: permission denied ({why}): the run directory is not writable by this user; run it as "
+        "the run's owner (nobody, uid 65534), or copy the run directory to a folder of your own and give that")
+    assert on_read_only_mount.returncode == 2 and on_read_only_mount.stderr.strip() == (
+        f"atoll: {run_dir / rundir.ARCHIVE}: read-only file system (this command needs to write it); copy the run "
+        "directory to a folder of your own and give that")
