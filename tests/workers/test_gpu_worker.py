@@ -89,10 +89,11 @@ def test_a_run_serves_a_vllm_model_without_vllm_and_says_which_engine_serves_it(
 
 
 def test_a_vllm_python_that_cannot_import_vllm_is_refused_with_its_reason(tmp_path):
-    """A `python` the user named is meant to serve vLLM: one that cannot is an error, not a quiet stand-in."""
+    """A `python` the user named is meant to serve vLLM: one that cannot is an error, not a quiet stand-in
+    (the run says it as "model ... could not start: <this line>", as for any server that cannot start)."""
     missing = tmp_path / "venv" / "bin" / "python"
-    out = _vllm_run(tmp_path, f'model_path = "{tmp_path}"\npython = "{missing}"')
-    assert out.returncode == 2, out.stderr[-3000:]
-    line = out.stderr.strip().splitlines()[-1]
-    assert line.startswith("atoll: mutator.llm model 'tiny' could not start: ") and f"{missing}: " in line, line
-    assert "fix the model's `python`" in line and 'engine = "transformers"' in line, line
+    with pytest.raises(RuntimeError) as refused:
+        VLLMServer(VLLMModel(name="tiny", model_path=tmp_path, python=missing, gpus=0))
+    line = str(refused.value)
+    assert line.startswith(f"{missing}: No such file or directory; fix the model's `python`"), line
+    assert 'or set engine = "transformers"' in line and "\n" not in line, line
