@@ -123,14 +123,14 @@ def _kill_at_a_random_moment(proc, run_dir, rng, done_before: int, first: bool =
 
     Half the moments are counted from the start (loading, Ray, the archive, the seed), half
     from the run's next committed evaluation (mid-search: commits, snapshots, evaluations),
-    so both kinds are hit however fast the machine is. The `first` kill comes within 4 s of
-    the start, before a run can have finished (Ray's start alone takes seconds), so the chain
-    always has one.
+    so both kinds are hit however fast the machine is. The `first` kill comes 0.5 to 1.5 s after
+    the first committed evaluation: mid-search, with a backup made (every commit's, here), and
+    before a run of the test's budget can have finished, so the chain always has one.
     """
-    if first or rng.random() < 0.5:
-        moment, anchor = rng.uniform(0.3, 4.0 if first else 8.0), "start"
+    if not first and rng.random() < 0.5:
+        moment, anchor = rng.uniform(0.3, 8.0), "start"
     else:
-        moment, anchor = rng.uniform(0.0, 2.5), "progress"
+        moment, anchor = rng.uniform(0.5, 1.5) if first else rng.uniform(0.0, 2.5), "progress"
         while proc.poll() is None and _live_count(run_dir) <= done_before:
             time.sleep(0.1)
     try:
