@@ -169,6 +169,11 @@ def test_a_chain_of_kill_9_at_random_moments_loses_nothing_and_completes_the_bud
         kept = ids
         if kill is None:
             break  # the run finished before the kill
+        if not kills:  # the kill left the stored status `running`: status and runs say no driver holds it
+            assert run_query(run_dir, "SELECT status FROM runs")[1] == [("running",)]
+            stopped = "stopped without ending (no driver holds it)"
+            assert _shown_status(tmp_path, run_dir) == (stopped, stopped), f"(seed {seed})"
+            assert "no driver holds this run: it stopped without ending" in atoll(tmp_path, "status", run_dir).stdout
         kills.append(kill)
     context = f"(seed {seed}, kills {kills})"
     assert kills, f"the run finished before its first kill: nothing was killed {context}"
@@ -191,24 +196,6 @@ def _shown_status(tmp_path, run_dir) -> tuple[str, str]:
     [listed] = [run for run in map(json.loads, atoll(tmp_path, "runs", "--json").stdout.splitlines())
                 if run["run_dir"] == str(run_dir.resolve())]
     return row.split("│")[2].strip(), listed["status"]
-
-
-def test_a_run_whose_driver_was_killed_is_shown_held_by_no_driver(tmp_path):
-    """`running` in `atoll status` and `atoll runs` while the run's driver lives; after its kill -9,
-    which left the stored status `running`, both say that no driver holds it."""
-    run_dir = tmp_path / "run"
-    proc = start(tmp_path, "run", CONFIG, "--run-dir", run_dir, "--max-evals", 200, "--no-report", *TINY)
-    try:
-        wait_for_evaluations(run_dir, 2, proc)
-        live = _shown_status(tmp_path, run_dir)
-    finally:
-        kill_group(proc)
-    assert proc.returncode == -9 and live == ("running", "running")
-    _, rows, _ = run_query(run_dir, "SELECT status FROM runs")
-    assert rows == [("running",)]  # as the kill left it
-    stopped = "stopped without ending (no driver holds it)"
-    assert _shown_status(tmp_path, run_dir) == (stopped, stopped)
-    assert "no driver holds this run: it stopped without ending" in atoll(tmp_path, "status", run_dir).stdout
 
 
 @pytest.mark.parametrize("args, needle", [
