@@ -219,7 +219,7 @@ def test_a_hangup_of_the_runs_terminal_stops_it_as_ctrl_c_does_and_a_resume_fini
     run_dir = tmp_path / "run"
     master, slave = pty.openpty()
     cmd = [sys.executable, "-m", "controller", "run", "configs/inventory.toml", "--run-dir", str(run_dir),
-           "--max-evals", "24", "--no-report", *TINY]
+           "--max-evals", "12", "--no-report", *TINY]
     # a session of its own whose controlling terminal is the pty, as a login shell's command has
     proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(tmp_path), stdin=slave, stdout=slave, stderr=slave,
                             start_new_session=True, preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))  # noqa: PLW1509
@@ -247,9 +247,9 @@ def test_a_hangup_of_the_runs_terminal_stops_it_as_ctrl_c_does_and_a_resume_fini
     [(by,)] = run_query(run_dir, "SELECT json_extract_string(data, '$.by') FROM events WHERE kind = 'stopping'")[1]
     assert by == "a hangup (SIGHUP)"
     done = _counts(run_dir)[0]
-    assert 2 <= done < 24
+    assert 2 <= done < 12
     atoll_cli("resume", str(run_dir), "--no-report")
-    assert _counts(run_dir) == (24, 24)
+    assert _counts(run_dir) == (12, 12)
     assert [k for (k,) in run_query(run_dir, "SELECT kind FROM events WHERE kind IN ('started', 'stopping') "
                                              "ORDER BY ts")[1]] == ["started", "stopping", "started"]
 
