@@ -9,7 +9,7 @@ from pathlib import Path
 
 from controller import rundir
 from controller.cli import UserError
-from controller.config import load_config, validate
+from controller.config import load_config
 from controller.resume_config import resumed_config
 from controller.memory_commands import cmd_runs, cmd_skills, library_query  # noqa: F401  (the library's commands)
 from controller.domain_commands import cmd_check, cmd_new_domain  # noqa: F401  (the CLI finds commands here)
@@ -309,9 +309,16 @@ def _report_on(archive, run_dir: Path, args, unwritable: rundir.NotWritable | No
     if run["status"] == "running":
         raise UserError(f"{run_dir}: the run is marked running (live, or stopped without ending); "
                         f"finish it with: atoll resume {run_dir}")
-    if archive.count_evaluations(run_id, "search") == 0:
+    done = archive.count_evaluations(run_id, "search")
+    if done == 0:
         raise UserError(f"{run_dir} has no search evaluations yet; nothing to report")
-    config = validate(run["config"])
+    try:  # the stored config as a resume reads it: a data file that moved says how to point at it
+        config, _ = resumed_config(run["config"], [], done)
+    except UserError as exc:
+        if "=NEWPATH" not in str(exc):
+            raise
+        raise UserError(f"{exc}, given to atoll resume {run_dir} (it keeps the new path; then atoll report "
+                        f"{run_dir})") from None
     secrets = _stored_secrets(archive, run_id, run_dir)
     domain = get_domain(config.domain, secrets=secrets)
     if unwritable is not None:

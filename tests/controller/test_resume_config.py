@@ -51,6 +51,12 @@ def test_a_run_on_moved_data_resumes_from_the_new_path_and_only_on_the_same_cont
         f"atoll: domain.options.demand_history: file {old / 'demand.csv'} does not exist; if it moved, point the "
         f"run at the moved copy (it must hold the same content): --set {KEY}=NEWPATH")
 
+    report = atoll(tmp_path, "report", run_dir, timeout=60)  # the table: only after the resume points at the data
+    assert report.returncode == 2 and _one_line(report.stderr) == (
+        f"atoll: domain.options.demand_history: file {old / 'demand.csv'} does not exist; if it moved, point the "
+        f"run at the moved copy (it must hold the same content): --set {KEY}=NEWPATH, given to atoll resume "
+        f"{run_dir} (it keeps the new path; then atoll report {run_dir})")
+
     write_demand(tmp_path / "other.csv", seed=4)
     other = atoll(tmp_path, "resume", run_dir, "--set", f"{KEY}={tmp_path / 'other.csv'}", timeout=60)
     assert other.returncode == 2
