@@ -6,7 +6,6 @@ ends with one clear line on stderr and exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 import textwrap
@@ -217,9 +216,7 @@ def main(argv: list[str] | None = None) -> int:
 def _pipe_closed() -> int:
     """Whoever read the output closed it (`| head`): no traceback, and what is still buffered or
     printed at exit goes nowhere; 141 as for a process SIGPIPE stopped (128 + 13)."""
-    null = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, sys.stdout.fileno())
-    os.close(null)
+    signals.discard([sys.stdout.fileno()])
     return 141
 
 

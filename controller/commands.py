@@ -10,7 +10,7 @@ from pathlib import Path
 from controller import rundir
 from controller.cli import UserError
 from controller.config import load_config
-from controller.resume_config import resumed_config
+from controller.resume_config import DataMissing, resumed_config
 from controller.memory_commands import cmd_runs, cmd_skills, library_query  # noqa: F401  (the library's commands)
 from controller.domain_commands import cmd_check, cmd_new_domain  # noqa: F401  (the CLI finds commands here)
 from controller.control_commands import cmd_continue, cmd_pause, cmd_set, cmd_stop, cmd_watch  # noqa: F401
@@ -314,9 +314,7 @@ def _report_on(archive, run_dir: Path, args, unwritable: rundir.NotWritable | No
         raise UserError(f"{run_dir} has no search evaluations yet; nothing to report")
     try:  # the stored config as a resume reads it: a data file that moved says how to point at it
         config, _ = resumed_config(run["config"], [], done)
-    except UserError as exc:
-        if "=NEWPATH" not in str(exc):
-            raise
+    except DataMissing as exc:
         raise UserError(f"{exc}, given to atoll resume {run_dir} (it keeps the new path; then atoll report "
                         f"{run_dir})") from None
     secrets = _stored_secrets(archive, run_id, run_dir)

@@ -215,9 +215,10 @@ class Search(EvaluatorPool, Outcomes, LostActors):
                         # out of wall time: submit nothing more, let what runs finish and commit
                         drain_until = now + self.config.evaluator.sandbox.wall_s + 5
                         status = "wall-time" if self._budget_left() > 0 else status
-                        if self.in_flight():  # said on stderr, and archived for `atoll watch` and queries
-                            # (jobs waiting for an evaluator still starting count: they run once it is up)
-                            in_flight, within = self.in_flight(), round(drain_until - now)
+                        # said on stderr, and archived for `atoll watch` and queries (jobs waiting for
+                        # an evaluator still starting count: they run once it is up)
+                        in_flight, within = self.in_flight(), round(drain_until - now)
+                        if in_flight:
                             self.events.append(("wall-time-reached", {"in_flight": in_flight,
                                                                       "finish_within_s": within}))
                             self.notices.append(

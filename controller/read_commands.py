@@ -132,12 +132,12 @@ def cmd_query(args) -> int:
     return 0
 
 
-def metric_lines(metrics: dict, depth: int = 0) -> list[str]:
+def metric_lines(metrics: dict) -> list[str]:
     """A program's metrics a line each: numbers to 5 significant digits, a list as its length, a
     table of tables (per instance, say) a line per row."""
     lines = []
     for key, value in metrics.items():
-        if isinstance(value, dict) and depth == 0 and value and all(isinstance(v, dict) for v in value.values()):
+        if isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
             lines.append(f"{key}:")
             lines += [f"  {name}: {_inline(row)}" for name, row in value.items()]
         else:

@@ -19,6 +19,10 @@ from controller.cli import UserError
 from controller.config import AtollConfig, apply_overrides, validate
 
 
+class DataMissing(UserError):
+    """The run's pinned data is not at its path any more, and no `--set` points at a moved copy."""
+
+
 def resumed_config(stored: dict, overrides: list[str], done: int) -> tuple[AtollConfig, list[str]]:
     """(the checked config, a line for each data option now read from a new path); UserError, one line,
     for a change a resume cannot take. `done`: the run's search evaluations."""
@@ -65,7 +69,7 @@ def _data_moves(before: dict, after: dict) -> dict[str, tuple[str, str]]:
         if path != pinned["path"]:
             moves[name] = (pinned["path"], _same_content(name, path, cls, pinned["sha256"]))
         elif not Path(path).exists():
-            raise UserError(f"domain.options.{name}: {kind} {path} does not exist; if it moved, point the run at "
+            raise DataMissing(f"domain.options.{name}: {kind} {path} does not exist; if it moved, point the run at "
                             f"the moved copy (it must hold the same content): --set domain.options.{name}.path="
                             "NEWPATH")
     return moves

@@ -105,14 +105,26 @@ def off_the_terminal() -> None:
     """After a hangup, whatever is printed to the terminal goes nowhere instead of failing (a hung-up
     terminal answers every write with EIO, which would break the stop off). Output to a file or a
     pipe stays where it is. A signal handler's: it imports nothing."""
+    discard(fd for fd in (1, 2) if _is_terminal(fd))
+
+
+def _is_terminal(fd: int) -> bool:
+    try:
+        return stat.S_ISCHR(os.fstat(fd).st_mode)  # a hung-up terminal may no longer say it is a tty
+    except OSError:
+        return False
+
+
+def discard(fds) -> None:
+    """Point each of the descriptors `fds` at /dev/null: what is written there later goes nowhere
+    (a hung-up terminal, a pipe whose reader left)."""
     try:
         null = os.open(os.devnull, os.O_WRONLY)
     except OSError:
         return
-    for fd in (1, 2):
+    for fd in fds:
         try:
-            if stat.S_ISCHR(os.fstat(fd).st_mode):  # a terminal (a hung-up one may no longer say it is a tty)
-                os.dup2(null, fd)
+            os.dup2(null, fd)
         except OSError:
             pass
     os.close(null)

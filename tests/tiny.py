@@ -9,15 +9,15 @@ TINY_INVENTORY = {"search_periods": 300, "heldout_periods": 300, "warmup": 50, "
                   "heldout_trajectories": 2, "tune_trials": 8, "tune_batch": 4}
 
 
-def llm_run(tmp_path: Path, model: str, max_evals: int, more: str = "", max_wall_s: int = 200,
-            timeout: int = 300) -> subprocess.CompletedProcess:
-    """`atoll run --no-report` in a subprocess (run directory tmp_path/run): the tiny inventory on 2
-    islands and 1 evaluator, island 0 asking only the one `[[mutator.llm.models]]` entry (`model`,
-    its TOML lines), no inspirations; `more` adds TOML sections."""
+def llm_config(path: Path, model: str, max_evals: int, max_wall_s: int = 200, run: str = "", more: str = "",
+               llm: str = "", prompt: str = "inspirations = 0") -> Path:
+    """A config at `path`: the tiny inventory on 2 islands and 1 evaluator, island 0 asking only the one
+    `[[mutator.llm.models]]` entry (`model`, its TOML lines). `run`, `llm` and `prompt` add lines to
+    [run], [mutator.llm] and [mutator.llm.prompt]; `more` adds TOML sections."""
     options = "\n".join(f"{k} = {v}" for k, v in TINY_INVENTORY.items())
-    config = tmp_path / "llm-run.toml"
-    config.write_text(f"""
+    path.write_text(f"""
 [run]
+{run}
 max_evals = {max_evals}
 max_wall_s = {max_wall_s}
 [domain]
@@ -30,12 +30,21 @@ count = 2
 actors = 1
 {more}
 [mutator.llm]
+{llm}
 island_weights = {{0 = {{embedded = 0}}}}
 [mutator.llm.prompt]
-inspirations = 0
+{prompt}
 [[mutator.llm.models]]
 {model}
 """)
+    return path
+
+
+def llm_run(tmp_path: Path, model: str, max_evals: int, more: str = "", max_wall_s: int = 200,
+            timeout: int = 300) -> subprocess.CompletedProcess:
+    """`atoll run --no-report` in a subprocess (run directory tmp_path/run) of `llm_config`'s config,
+    no inspirations."""
+    config = llm_config(tmp_path / "llm-run.toml", model, max_evals, max_wall_s, more=more)
     env = dict(os.environ, PYTHONPATH=str(ROOT), ATOLL_CACHE_DIR=str(tmp_path / "cache"))
     return subprocess.run([sys.executable, "-m", "controller", "run", str(config), "--run-dir", str(tmp_path / "run"),
                            "--no-report"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from store.query import run_query
-from tests.tiny import TINY_INVENTORY
+from tests.tiny import llm_config
 from tests.workers.scripted_llm import ScriptedLLM, hang, parent_code, reply, slow, stall, status
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,32 +35,8 @@ SCRIPT = [reply(good_diff), reply(rewrite), reply("<<<<<<< SEARCH\n    return no
 
 
 def _config(tmp_path, url, budget_calls=None, embedded=1.0, in_flight=3, timeout_s=0.5) -> Path:
-    options = "\n".join(f"{k} = {v}" for k, v in TINY_INVENTORY.items())
     budget = f"\n[mutator.llm.budget]\ncalls = {budget_calls}\n" if budget_calls else ""
-    path = tmp_path / "llm.toml"
-    path.write_text(f"""
-[run]
-name = "llm-test"
-max_evals = 24
-max_wall_s = 200
-[domain]
-name = "inventory"
-[domain.options]
-{options}
-[islands]
-count = 2
-[evaluator]
-actors = 1
-[controller]
-commit_every_s = 0.2
-heldout_on_new_best = true
-[mutator.llm]
-weights = {{embedded = {embedded}}}
-island_weights = {{0 = {{embedded = 0}}}}
-[mutator.llm.prompt]
-failures = 3
-[[mutator.llm.models]]
-backend = "openai"
+    model = f"""backend = "openai"
 name = "scripted"
 model = "scripted-1"
 base_url = "{url}"
@@ -68,8 +44,10 @@ api_key_env = "ATOLL_TEST_SECRET"
 timeout_s = {timeout_s}
 max_retries = 1
 max_in_flight = {in_flight}
-{budget}""")
-    return path
+{budget}"""
+    return llm_config(tmp_path / "llm.toml", model, 24, run='name = "llm-test"',
+                      more="[controller]\ncommit_every_s = 0.2\nheldout_on_new_best = true",
+                      llm=f"weights = {{embedded = {embedded}}}", prompt="failures = 3")
 
 
 def _atoll(tmp_path, *args, timeout=300):
