@@ -9,6 +9,7 @@ bad budget key or value.
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import grpc
@@ -18,6 +19,7 @@ from controller.cli import UserError
 from controller.control_server import pb, rpc
 
 TIMEOUT_S = 40.0  # the driver answers at its loop's tick, and waits up to 30 s for it
+CONNECT_S = 10.0  # a connection neither made nor refused by then is dropped on the way (a firewall, say)
 
 
 class NotLive(UserError):
@@ -67,6 +69,25 @@ class ControlClient:
         self.metadata = ((control.TOKEN_HEADER, token),)
         self.channel = grpc.insecure_channel(control.client_address(record["address"]))
         self.stub = rpc.ControlStub(self.channel)
+        if not self._settled(CONNECT_S):
+            self.close()
+            raise unreachable(self.run_dir, f"no answer to a connection within {CONNECT_S:g} s")
+
+    def _settled(self, timeout: float) -> bool:
+        """Whether connecting ends within `timeout`, made or refused (a refusal is then the first
+        call's UNAVAILABLE); False when it hangs, as where a firewall drops the packets."""
+        settled = threading.Event()
+
+        def watch(state):
+            if state in (grpc.ChannelConnectivity.READY, grpc.ChannelConnectivity.TRANSIENT_FAILURE,
+                         grpc.ChannelConnectivity.SHUTDOWN):
+                settled.set()
+
+        self.channel.subscribe(watch, try_to_connect=True)
+        try:
+            return settled.wait(timeout)
+        finally:
+            self.channel.unsubscribe(watch)
 
     def call(self, method: str, request):
         try:

@@ -9,6 +9,7 @@ under `unshare -n`, is steered from outside it (refused: live, out of reach) and
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -19,7 +20,7 @@ import pytest
 
 from controller import control
 from controller.cli import UserError
-from controller.control_client import ControlClient
+from controller.control_client import CONNECT_S, ControlClient
 from controller.control_server import pb, rpc
 from store.query import run_query
 from tests.controller.runs import CONFIG, ROOT, TINY, atoll, committed_ids, counts, env, kill_group, proposed_texts, start
@@ -233,15 +234,34 @@ def _in_a_network_namespace_of_its_own(tmp_path, *args) -> subprocess.Popen:
 
 @pytest.mark.skipif(os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("nsenter")),
                     reason="needs root, unshare and nsenter (util-linux) to give the run a network namespace")
+def _behind_a_dropping_firewall(tmp_path, run_dir):
+    """`atoll pause` with the run's control.json pointed at a port that takes connections and never
+    answers, as when a firewall drops the packets; the record is put back after. (result, seconds)"""
+    record = run_dir / control.RECORD
+    kept = record.read_bytes()
+    with socket.socket() as hole:
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(0)  # never accepted: the connection hangs unanswered
+        moved = dict(json.loads(kept), address=f"127.0.0.1:{hole.getsockname()[1]}")
+        record.write_text(json.dumps(moved))
+        try:
+            began = time.monotonic()
+            out = atoll(tmp_path, "pause", run_dir, timeout=60)
+            return out, time.monotonic() - began
+        finally:
+            record.write_bytes(kept)
+
+
 def test_a_live_run_whose_control_plane_is_out_of_reach_is_said_to_be_live_and_goes_on(tmp_path):
     run_dir = tmp_path / "run"
-    proc = _in_a_network_namespace_of_its_own(tmp_path, "run", CONFIG, *TINY, "--set", "run.max_evals=60",
+    proc = _in_a_network_namespace_of_its_own(tmp_path, "run", CONFIG, *TINY, "--set", "run.max_evals=400",
                                               "--run-dir", run_dir, "--no-report")
     try:
         record = wait_for("control.json", lambda: control.read_record(run_dir), proc, limit=180)
         pause = atoll(tmp_path, "pause", run_dir, timeout=60)
         watch = atoll(tmp_path, "watch", run_dir, "--every", "1", timeout=60)
         status = atoll(tmp_path, "status", run_dir, timeout=60)
+        dropped, dropped_s = _behind_a_dropping_firewall(tmp_path, run_dir)
         refused_at = live_count(run_dir)
         wait_for("progress after the refusals", lambda: live_count(run_dir) >= refused_at + 2, proc)
         steered = subprocess.run(["nsenter", "-n", "-t", str(record["pid"]), sys.executable, "-m", "controller",
@@ -261,6 +281,10 @@ def test_a_live_run_whose_control_plane_is_out_of_reach_is_said_to_be_live_and_g
                              "and `atoll query` still work; to steer it, run this command in the run's network "
                              f"namespace (as root: nsenter -n -t {pid} atoll ...)"), line
     assert status.returncode == 0 and f"live run: answered by the process holding it (pid {pid})" in status.stderr
+    line = dropped.stderr.strip()
+    assert dropped.returncode == 2 and f"the run is live (driver pid {pid}), but its control plane at " in line, line
+    assert f"cannot be reached from here (no answer to a connection within {CONNECT_S:g} s)" in line, line
+    assert dropped_s < CONNECT_S + 8, dropped_s  # not the call's 40 s deadline
     assert steered.returncode == 0 and steered.stdout.startswith("stopping as on Ctrl-C"), steered.stderr
     assert proc.returncode == 130 and f"Continue with: atoll resume {run_dir}" in out, (out, err[-3000:])
     kinds = [kind for (kind,) in run_query(run_dir, "SELECT kind FROM events ORDER BY ts")[1]]
