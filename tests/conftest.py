@@ -27,6 +27,21 @@ def session_library(tmp_path_factory):
         os.environ["ATOLL_LIBRARY"] = before
 
 
+@pytest.fixture(scope="session", autouse=True)
+def session_cache(tmp_path_factory):
+    """The cache (DP optima, generated MILP instances) of every run a test starts: what one run computed
+    the next reads, as a user's runs do, where each test's cold cache had recomputed the inventory's
+    DP optima (3 s a report). Tests of the cache itself set their own."""
+    path = tmp_path_factory.mktemp("session-cache")
+    before = os.environ.get("ATOLL_CACHE_DIR")
+    os.environ["ATOLL_CACHE_DIR"] = str(path)
+    yield path
+    if before is None:
+        os.environ.pop("ATOLL_CACHE_DIR", None)
+    else:
+        os.environ["ATOLL_CACHE_DIR"] = before
+
+
 @pytest.fixture(autouse=True)
 def temporary_library(tmp_path, monkeypatch):
     """Every test (and every CLI it starts) uses its own library, never the user's real one."""
@@ -61,7 +76,7 @@ def atoll_cli(tmp_path):
     import subprocess
 
     def run(*args, timeout=300, check=True):
-        env = dict(os.environ, PYTHONPATH=str(ROOT), ATOLL_CACHE_DIR=str(tmp_path / "cache"))
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
         proc = subprocess.run([sys.executable, "-m", "controller", *args], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=timeout)
         if check and proc.returncode != 0:

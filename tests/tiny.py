@@ -45,7 +45,7 @@ def llm_run(tmp_path: Path, model: str, max_evals: int, more: str = "", max_wall
     """`atoll run --no-report` in a subprocess (run directory tmp_path/run) of `llm_config`'s config,
     no inspirations."""
     config = llm_config(tmp_path / "llm-run.toml", model, max_evals, max_wall_s, more=more)
-    env = dict(os.environ, PYTHONPATH=str(ROOT), ATOLL_CACHE_DIR=str(tmp_path / "cache"))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.run([sys.executable, "-m", "controller", "run", str(config), "--run-dir", str(tmp_path / "run"),
                            "--no-report"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
                           check=False)

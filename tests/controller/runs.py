@@ -18,7 +18,7 @@ for _key, _value in TINY_INVENTORY.items():
 
 
 def env(tmp_path, **extra) -> dict:
-    return {**os.environ, "PYTHONPATH": str(ROOT), "ATOLL_CACHE_DIR": str(tmp_path / "cache"), **extra}
+    return {**os.environ, "PYTHONPATH": str(ROOT), **extra}
 
 
 def start(tmp_path, *args, **extra_env) -> subprocess.Popen:

@@ -51,7 +51,7 @@ max_in_flight = {in_flight}
 
 
 def _atoll(tmp_path, *args, timeout=300):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), ATOLL_CACHE_DIR=str(tmp_path / "cache"), ATOLL_TEST_SECRET=SECRET)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), ATOLL_TEST_SECRET=SECRET)
     return subprocess.run([sys.executable, "-m", "controller", *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=timeout)
 

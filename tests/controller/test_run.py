@@ -26,7 +26,7 @@ for _key, _value in TINY_INVENTORY.items():
 
 
 def _env(tmp_path):
-    return dict(os.environ, PYTHONPATH=str(ROOT), ATOLL_CACHE_DIR=str(tmp_path / "cache"))
+    return dict(os.environ, PYTHONPATH=str(ROOT))
 
 
 def _counts(run_dir):

@@ -97,7 +97,7 @@ def test_bad_data_is_one_line_naming_the_option(tmp_path, case):
                                   "milp: a file SCIP cannot read", "control: an unregistered id"])
 def test_atoll_check_says_it_in_one_line_and_exits_2(tmp_path, case):
     config = _broken(tmp_path, case)
-    env = dict(os.environ, PYTHONPATH=str(ROOT), ATOLL_CACHE_DIR=str(tmp_path / "cache"))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, "-m", "controller", "check", str(config)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stdout + proc.stderr
