@@ -12,7 +12,6 @@ the validation split.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 import time
@@ -22,6 +21,7 @@ from typing import Callable
 
 import numpy as np
 
+from controller.fingerprint import fingerprint
 from controller.rundir import ARCHIVE
 from controller.skill_learning import SkillLearner
 from controller.variant_memory import VariantMemory
@@ -36,20 +36,6 @@ from workers.skills import Skill, rank_skills
 WARM = "warm-start"  # Candidate.mutator of an elite a warm start evaluates first (controller.resume.STARTS)
 _FLUSH_PATIENCE_S = 2.0  # longest a flush during the search waits for a busy library
 _BACKUP_RETRY_S = 300.0  # a library backup that failed during the run is tried again after this
-
-
-def fingerprint(domain, options: dict | None = None) -> str:
-    """A short hash of the domain (a registered name, or the run's `[domain]` branch; a file
-    domain's text counts) and its validated options, defaults filled in."""
-    from evaluators.registry import get_domain_class
-
-    cls = get_domain_class(domain)
-    options = getattr(domain, "options", {}) if options is None else options
-    dumped = cls.config_model.model_validate(options).model_dump(mode="json")
-    source = getattr(domain, "source", None) or ""
-    text = json.dumps([cls.name, dumped, hashlib.sha256(source.encode()).hexdigest() if source else ""],
-                      sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def domain_name(config) -> str:

@@ -113,8 +113,9 @@ def _data_classes(tree: dict) -> dict:
 
 def _same_domain(before: AtollConfig, after: AtollConfig, scored: int) -> None:
     """Refuse a change of the domain or its options (defaults filled in, as the library's fingerprint
-    sees them)."""
-    from controller.memory import fingerprint
+    sees them: a data option by its content and settings; a new path to the same content was taken,
+    and one to other content refused, by `_data_moves`)."""
+    from controller.fingerprint import fingerprint
 
     if fingerprint(before.domain) == fingerprint(after.domain):
         return

@@ -17,11 +17,15 @@ class WarmStartError(Exception):
 
 def plan_warm_start(con, config, fingerprint: str) -> dict:
     """{runs, elites, skills}: the source runs ('library' for the whole library), the elites to
-    evaluate first (best search score first) and the ids of the skills to replay."""
+    evaluate first (best search score first) and the ids of the skills to replay. Runs on the same
+    data that an older library keyed by its path are given `fingerprint` first."""
+    from controller.fingerprint import rekey_path_keyed
     from controller.memory import domain_name
 
     memory, domain = config.memory, domain_name(config)
     run_ids = _source_runs(con, memory.warm_from, domain) if memory.warm_from else None
+    if run_ids is None:
+        rekey_path_keyed(con, config.domain, fingerprint)
     elites = records.elites(con, fingerprint=fingerprint, run_ids=run_ids, limit=memory.warm_elites)
     skills = records.skills(con, domain, run_ids=run_ids)
     return {"runs": run_ids if run_ids is not None else "library", "fingerprint": fingerprint,

@@ -64,6 +64,23 @@ def find_runs(con, refs: list[str]) -> dict[str, dict]:
     return found
 
 
+def runs_holding(con, domain: str, text: str, other_than: str) -> list[dict]:
+    """The runs of `domain` whose stored config holds `text` (a data option's sha256) and whose
+    fingerprint is not `other_than`, each with its config (controller.fingerprint.rekey_path_keyed)."""
+    rows = _dicts(con.execute(
+        "SELECT run_id, fingerprint, config FROM runs WHERE domain = $domain AND fingerprint <> $key "
+        "AND contains(CAST(config AS VARCHAR), $text)", {"domain": domain, "key": other_than, "text": text}))
+    for row in rows:
+        row["config"] = json.loads(row["config"])
+    return rows
+
+
+def rekey_run(con, run_id: str, fingerprint: str) -> None:
+    """The run's catalog row, its elites and the skills it learned first, under `fingerprint`."""
+    for table in ("runs", "elites", "skills"):
+        con.execute(f"UPDATE {table} SET fingerprint = ? WHERE run_id = ?", [fingerprint, run_id])
+
+
 # --- elites ----------------------------------------------------------------------------------
 
 def replace_elites(con, run_id: str, elites: list[dict]) -> None:

@@ -99,25 +99,36 @@ def test_a_skill_learned_in_one_run_is_used_in_the_next_and_its_counts_add_up(at
 @pytest.mark.slow
 def test_a_warm_run_killed_with_9_resumes_without_evaluating_its_elites_again_and_the_library_ends_whole(
         tmp_path, temporary_library):
+    """The earlier run searched the same demand history at another path, since moved: the library
+    knows a user's data by its content, so the warm start finds that run's elites all the same."""
+    import shutil
+
     from controller.config import load_config
     from controller.memory import fingerprint
     from evaluators.domains.inventory.programs import BASELINES
     from store import library_records as records
     from store.library import Library
     from store.records import code_hash
-    from tests.controller.runs import CONFIG, TINY as FAULT_TINY, atoll, kill_group, start, wait_for_evaluations
+    from tests.controller.runs import TINY as FAULT_TINY
+    from tests.controller.runs import atoll, kill_group, start, wait_for_evaluations
+    from tests.userdata_files import INVENTORY, write_demand
 
-    config, _ = load_config(CONFIG, [a for a in FAULT_TINY if a != "--set"])
+    there, here = tmp_path / "earlier-data", tmp_path / "data"
+    there.mkdir()
+    write_demand(there / "demand.csv")
+    (there / "inventory.toml").write_text(INVENTORY)
+    earlier, _ = load_config(there / "inventory.toml", [a for a in FAULT_TINY if a != "--set"])
     elites = [{"program_id": f"e{i}", "search_score": -1.0 + i / 10, "code": code, "code_hash": code_hash(code),
-               "domain": "inventory", "fingerprint": fingerprint(config.domain)}
+               "domain": "inventory", "fingerprint": fingerprint(earlier.domain)}
               for i, code in enumerate(list(BASELINES.values())[:2])]
+    shutil.move(there, here)
     library = Library(temporary_library)
     library.transaction(lambda con: (records.upsert_run(con, {
         "run_id": "earlier", "run_dir": str(tmp_path / "earlier"), "domain": "inventory",
-        "fingerprint": elites[0]["fingerprint"], "config": {}, "status": "completed"}),
+        "fingerprint": elites[0]["fingerprint"], "config": earlier.model_dump(mode="json"), "status": "completed"}),
         records.replace_elites(con, "earlier", elites)))
     run_dir = tmp_path / "run"
-    args = ["run", CONFIG, "--run-dir", run_dir, "--max-evals", "8", "--no-report", *FAULT_TINY,
+    args = ["run", here / "inventory.toml", "--run-dir", run_dir, "--max-evals", "8", "--no-report", *FAULT_TINY,
             "--set", "memory.warm_start=true", "--set", "memory.warm_elites=2"]
     proc = start(tmp_path, *args)
     try:

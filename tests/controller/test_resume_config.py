@@ -77,6 +77,36 @@ def test_a_run_on_moved_data_resumes_from_the_new_path_and_only_on_the_same_cont
     assert again.returncode == 0 and "nothing to resume" in again.stdout, again.stderr
 
 
+def test_a_resume_takes_moved_data_by_its_content_and_no_other_change_of_it(tmp_path):
+    """The library's fingerprint leaves a data option's path out: what refuses other data (or other
+    settings of it) on a resume is still said in one line naming the key. No run: the stored config alone."""
+    from controller.cli import UserError
+    from controller.config import ConfigError, load_config
+    from controller.resume_config import resumed_config
+
+    old, new = tmp_path / "old", tmp_path / "new"
+    old.mkdir()
+    write_demand(old / "demand.csv")
+    (old / "inventory.toml").write_text(INVENTORY)
+    stored = load_config(old / "inventory.toml")[0].model_dump(mode="json")
+    digest = stored["domain"]["options"]["demand_history"]["sha256"]
+    shutil.move(old, new)
+
+    config, said = resumed_config(stored, [f"{KEY}={new / 'demand.csv'}"], 3)
+    assert config.domain.options["demand_history"]["path"] == str(new / "demand.csv")
+    assert said == [(f"domain.options.demand_history: the run now reads its data from {new / 'demand.csv'} (the "
+                     f"same content as {old / 'demand.csv'}, sha256 {digest[:12]}...)")]
+    with pytest.raises(UserError) as err:
+        resumed_config(stored, [f"{KEY}={new / 'demand.csv'}", "domain.options.demand_history.block=5"], 3)
+    assert str(err.value).startswith("--set domain.options.demand_history.block: a resume cannot change the domain "
+                                     "or its options (domain.options.demand_history.block was 7, would be 5): the "
+                                     "run's 3 search scores were measured with the old ones")
+    write_demand(new / "demand.csv", seed=4)  # other content at the path the run now reads
+    with pytest.raises(ConfigError, match=rf"demand.csv changed since the run recorded it .*the run's is "
+                                          rf"{digest[:12]}\.\.\.\): restore it"):
+        resumed_config(config.model_dump(mode="json"), [], 3)
+
+
 def test_a_resume_cannot_lower_the_evaluations_below_those_done(tmp_path):
     """As `atoll set` on a live run: one line, exit 2, nothing changed (it was accepted, printed
     '4/2 evaluations done' and ended the run as completed at once)."""
