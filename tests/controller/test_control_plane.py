@@ -232,8 +232,6 @@ def _in_a_network_namespace_of_its_own(tmp_path, *args) -> subprocess.Popen:
                             text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("nsenter")),
-                    reason="needs root, unshare and nsenter (util-linux) to give the run a network namespace")
 def _behind_a_dropping_firewall(tmp_path, run_dir):
     """`atoll pause` with the run's control.json pointed at a port that takes connections and never
     answers, as when a firewall drops the packets; the record is put back after. (result, seconds)"""
@@ -252,6 +250,8 @@ def _behind_a_dropping_firewall(tmp_path, run_dir):
             record.write_bytes(kept)
 
 
+@pytest.mark.skipif(os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("nsenter")),
+                    reason="needs root, unshare and nsenter (util-linux) to give the run a network namespace")
 def test_a_live_run_whose_control_plane_is_out_of_reach_is_said_to_be_live_and_goes_on(tmp_path):
     run_dir = tmp_path / "run"
     proc = _in_a_network_namespace_of_its_own(tmp_path, "run", CONFIG, *TINY, "--set", "run.max_evals=400",
