@@ -122,9 +122,9 @@ def start_local(num_cpus: int | None, path: str) -> None:
     if free is not None and free < RAY_MIN_FREE:  # Ray would wait half a minute for its GCS, then raise
         raise UserError(f"{temp} has {_size(free)} free: the command's own Ray keeps its session's files, sockets and "
                         "logs there and cannot start; free some space there, or set RAY_TMPDIR to a folder with room")
-    before = {name: os.environ.get(name) for name in ("PYTHONPATH", *QUIET_RAY)}
+    before = {name: os.environ.get(name) for name in ("PYTHONPATH", *OWN_RAY)}
     os.environ["PYTHONPATH"] = path
-    for name, value in QUIET_RAY.items():
+    for name, value in OWN_RAY.items():
         os.environ.setdefault(name, value)  # one the user set stands
     notice = logging.getLogger(AUTH_NOTICE)
     level = notice.level
@@ -133,7 +133,7 @@ def start_local(num_cpus: int | None, path: str) -> None:
     try:
         # a Ctrl-C or SIGTERM waits the seconds Ray takes to start: one inside it could crash its teardown,
         # and Ray's own SIGTERM handler (a sys.exit) would leave its agents running and its session behind
-        with signals.held(), no_api_server(), ray_leaves_sigterm():
+        with signals.held(), no_api_server(), ray_leaves_sigterm(), loopback_node():
             ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
                      configure_logging=False)
             _SESSION.append(Path(ray._private.worker._global_node.get_session_dir_path()))  # before a held stop
@@ -186,6 +186,10 @@ AUTH_NOTICE = "ray._private.authentication.authentication_token_setup"
 # of each of their event loops' handlers (`benchmarks/ray_start.py --against`: idle, the Ray and
 # its two actors spent 27.5 instead of 33.0 ms of CPU a second).
 QUIET_RAY = {"REPORTER_UPDATE_INTERVAL_MS": "60000", "RAY_enable_metrics_collection": "0", "RAY_event_stats": "0"}
+# Ray's own switch for a one-machine Ray (on Windows and macOS, where it is the default), for the
+# processes a command's own Ray starts; the driver's is `loopback_node`.
+LOOPBACK_RAY = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+OWN_RAY = {**QUIET_RAY, **LOOPBACK_RAY}
 
 
 RAY_MIN_FREE = 32 * 2**20  # below this a local Ray's head cannot write its session (checked before it starts)
@@ -254,6 +258,21 @@ def no_api_server():
     def skipped(node, *args, **kwargs):
         node._webui_url = None  # as when it did not start
     with patched(getattr(getattr(ray._private, "node", None), "Node", None), "start_api_server", skipped):
+        yield
+
+
+@contextlib.contextmanager
+def loopback_node():
+    """Start a command's own Ray on 127.0.0.1: its node's address, and every port its GCS, raylet,
+    agents and workers listen on (`LOOPBACK_RAY` tells the processes it starts).
+
+    Such a Ray serves this machine only; a cluster (`--ray-address`) is never started here. Left to
+    itself, Ray 2.60 learns an outward address by a UDP probe towards a public DNS server and then
+    listens on every interface; where there is no way out it prints "Failed to determine local IP"
+    on every command's stderr and falls back to the hostname's address. Ray reads its switch
+    (`ray_constants.ENABLE_RAY_CLUSTER`) from the environment once, when it is imported, so the
+    driver's is set here; on a Ray without it this does nothing."""
+    with patched(getattr(ray._private, "ray_constants", None), "ENABLE_RAY_CLUSTER", False):
         yield
 
 

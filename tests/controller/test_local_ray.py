@@ -4,6 +4,7 @@ monitor nor the autoscaler monitor (nobody reads the one, nothing scales, and Ra
 waited a second on the other) nor the dashboard's API server (ray.init waited for it), its dashboard agent gathers node statistics once a minute, and
 its session folder is removed at a clean exit."""
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -102,6 +103,7 @@ def test_a_local_rays_workers_import_atoll_and_the_callers_path_and_its_idle_hel
     assert not probe["runtime_env"], "a local Ray's workers get the path from the environment, not a runtime_env"
     assert "autoscaler failed" not in proc.stderr
     assert "Token authentication is enabled" not in proc.stderr  # Ray's notice, on every start; auth stays on
+    assert "Failed to determine local IP" not in proc.stderr  # it probed for a way out, which a netns has not
     # Ray's token authentication holds either way: its token saved in ~/.ray, or one of the command's own
     assert probe["auth"] == "token"
     assert probe["own token"] == (home == "a home that cannot be written")
@@ -112,6 +114,56 @@ def test_a_local_rays_workers_import_atoll_and_the_callers_path_and_its_idle_hel
     assert (probe["metrics"], probe["event stats"]) == ("0", "0")
     assert probe["driver's metrics"] is None
     assert left == ([Path(probe["session"]).name, "session_latest"] if ends else []), left
+
+
+LISTENERS = r'''
+import json, os, socket, sys
+sys.path.insert(0, os.environ["SRC"])
+import ray
+from controller.actors import connect
+
+connect(None, 1)
+
+@ray.remote(num_cpus=1)
+def node_ip():
+    return ray.util.get_node_ip_address()
+
+def listening(table, family):  # the local addresses of this network namespace's listening TCP sockets
+    with open(f"/proc/self/net/{{table}}") as f:
+        rows = [line.split() for line in f.read().splitlines()[1:]]
+    out = []
+    for row in rows:
+        if row[3] == "0A":  # LISTEN
+            raw = bytes.fromhex(row[1].split(":")[0])
+            raw = raw[::-1] if family == socket.AF_INET else b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
+            out.append(socket.inet_ntop(family, raw))
+    return out
+
+print(json.dumps({{"node": ray.get(node_ip.remote()), "driver": ray.util.get_node_ip_address(),
+                  "listening": listening("tcp", socket.AF_INET) + listening("tcp6", socket.AF_INET6)}}))
+'''
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("ip"),
+                    reason="needs root, unshare and ip to give Ray a network namespace with a way out")
+def test_a_local_ray_listens_on_loopback_only_where_the_machine_has_a_way_out(tmp_path):
+    """Ray would learn an outward address (a UDP probe towards a public DNS server) and listen there."""
+    # a second address and a default route from it (on loopback: no kernel module needed), as an outward interface
+    outward = ("ip link set lo up && ip addr add 192.0.2.77/32 dev lo && ip route add default dev lo src 192.0.2.77 "
+               "&& exec \"$0\" -c \"$1\"")
+    sessions = Path(tempfile.mkdtemp(prefix="atoll-t-"))  # short: Ray's sockets are in it
+    try:
+        proc = subprocess.run(["unshare", "-n", "sh", "-c", outward, sys.executable, LISTENERS.format()],
+                              cwd=tmp_path, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(tmp_path),
+                                                 "SRC": str(ROOT), "RAY_TMPDIR": str(sessions)},
+                              capture_output=True, text=True, timeout=180, check=False)
+    finally:
+        shutil.rmtree(sessions, ignore_errors=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen["node"] == seen["driver"] == "127.0.0.1", seen
+    assert seen["listening"] and set(seen["listening"]) <= {"127.0.0.1", "::ffff:127.0.0.1", "::1"}, seen
+    assert "Failed to determine local IP" not in proc.stderr
 
 
 def test_too_little_room_for_rays_session_is_one_line_before_ray_starts(tmp_path, monkeypatch):
