@@ -18,13 +18,9 @@ def session_library(tmp_path_factory):
     """The library of what outlives one test: a module's Ray head (whose jobs' drivers inherit its
     environment) and a run a module fixture starts. Set before any of them, never the user's."""
     path = tmp_path_factory.mktemp("session-library") / "library.duckdb"
-    before = os.environ.get("ATOLL_LIBRARY")
-    os.environ["ATOLL_LIBRARY"] = str(path)
-    yield path
-    if before is None:
-        os.environ.pop("ATOLL_LIBRARY", None)
-    else:
-        os.environ["ATOLL_LIBRARY"] = before
+    with pytest.MonkeyPatch.context() as session:
+        session.setenv("ATOLL_LIBRARY", str(path))
+        yield path
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -33,13 +29,9 @@ def session_cache(tmp_path_factory):
     the next reads, as a user's runs do, where each test's cold cache had recomputed the inventory's
     DP optima (3 s a report). Tests of the cache itself set their own."""
     path = tmp_path_factory.mktemp("session-cache")
-    before = os.environ.get("ATOLL_CACHE_DIR")
-    os.environ["ATOLL_CACHE_DIR"] = str(path)
-    yield path
-    if before is None:
-        os.environ.pop("ATOLL_CACHE_DIR", None)
-    else:
-        os.environ["ATOLL_CACHE_DIR"] = before
+    with pytest.MonkeyPatch.context() as session:
+        session.setenv("ATOLL_CACHE_DIR", str(path))
+        yield path
 
 
 @pytest.fixture(autouse=True)
