@@ -21,7 +21,8 @@ import threading
 from contextlib import contextmanager
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-STOPPED_BY: list[str] = []  # what began this process's stop: a signal's name or "atoll stop" (the archive's event)
+STOPPED_BY: list[str] = []  # the signal that began this process's stop, named for the archive's "stopping" event
+# (set by controller.commands; an `atoll stop` archives its own event, controller.helm)
 
 
 @contextmanager

@@ -16,8 +16,7 @@ LOCAL = ROOT / "configs" / "inventory_llm.toml"  # model 'smollm2', served by xl
 
 def _atoll(tmp_path, *args, path_first: str = ""):
     env = {k: v for k, v in os.environ.items() if k != "ATOLL_API_KEY"}
-    env.update(PYTHONPATH=os.pathsep.join(filter(None, [path_first, str(ROOT)])),
-               ATOLL_CACHE_DIR=str(tmp_path / "cache"))
+    env.update(PYTHONPATH=os.pathsep.join(filter(None, [path_first, str(ROOT)])))
     return subprocess.run([sys.executable, "-m", "controller", *args], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=120, check=False)
 

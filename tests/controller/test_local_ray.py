@@ -129,7 +129,7 @@ def node_ip():
     return ray.util.get_node_ip_address()
 
 def listening(table, family):  # the local addresses of this network namespace's listening TCP sockets
-    with open(f"/proc/self/net/{{table}}") as f:
+    with open(f"/proc/self/net/{table}") as f:
         rows = [line.split() for line in f.read().splitlines()[1:]]
     out = []
     for row in rows:
@@ -139,8 +139,8 @@ def listening(table, family):  # the local addresses of this network namespace's
             out.append(socket.inet_ntop(family, raw))
     return out
 
-print(json.dumps({{"node": ray.get(node_ip.remote()), "driver": ray.util.get_node_ip_address(),
-                  "listening": listening("tcp", socket.AF_INET) + listening("tcp6", socket.AF_INET6)}}))
+print(json.dumps({"node": ray.get(node_ip.remote()), "driver": ray.util.get_node_ip_address(),
+                  "listening": listening("tcp", socket.AF_INET) + listening("tcp6", socket.AF_INET6)}))
 '''
 
 
@@ -153,7 +153,7 @@ def test_a_local_ray_listens_on_loopback_only_where_the_machine_has_a_way_out(tm
                "&& exec \"$0\" -c \"$1\"")
     sessions = Path(tempfile.mkdtemp(prefix="atoll-t-"))  # short: Ray's sockets are in it
     try:
-        proc = subprocess.run(["unshare", "-n", "sh", "-c", outward, sys.executable, LISTENERS.format()],
+        proc = subprocess.run(["unshare", "-n", "sh", "-c", outward, sys.executable, LISTENERS],
                               cwd=tmp_path, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(tmp_path),
                                                  "SRC": str(ROOT), "RAY_TMPDIR": str(sessions)},
                               capture_output=True, text=True, timeout=180, check=False)

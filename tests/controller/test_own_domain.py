@@ -28,8 +28,7 @@ FAILED_CHECK = re.compile(r"\bFAIL\b")
 
 def atoll(*args, cwd, path=(), check=True, timeout=300):
     """The real entry point in a subprocess, from `cwd`, with Atoll (and `path`) importable."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *map(str, path)]),
-               ATOLL_CACHE_DIR=str(Path(cwd) / "cache"))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *map(str, path)]))
     proc = subprocess.run([sys.executable, "-m", "controller", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:

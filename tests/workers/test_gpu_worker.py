@@ -14,7 +14,7 @@ from tests.workers.tiny_model import save_tiny_model
 from workers.llm.config import VLLMModel
 from workers.llm.local_server import healthy
 from workers.llm.prompts import PromptInput
-from workers.llm.vllm_server import VLLMServer, has_vllm, vllm_command, vllm_missing
+from workers.llm.vllm_server import VLLMServer, vllm_command, vllm_missing
 from workers.llm.worker import LLMJob, LLMWorker
 
 PARENT = "def policy(state, params):\n    return 1\n"
@@ -65,7 +65,6 @@ def test_vllm_command_line_follows_the_config(tmp_path):
                  "--enable-prefix-caching", "--served-model-name coder", "--host 127.0.0.1", "--port 8123",
                  "--enforce-eager"):
         assert part in joined
-    assert not has_vllm(str(tmp_path / "no-such-python"))
     assert vllm_missing(str(tmp_path / "no-such-python")) == f"{tmp_path / 'no-such-python'}: No such file or directory"
 
 

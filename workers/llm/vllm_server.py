@@ -36,11 +36,6 @@ def vllm_missing(python: str) -> str | None:
     return f"{python} cannot import vllm: {last[:200] or f'exit status {proc.returncode}'}"
 
 
-def has_vllm(python: str) -> bool:
-    """True when `python` can import vllm."""
-    return vllm_missing(python) is None
-
-
 def choose_engine(config, python: str) -> tuple[str, str]:
     """(engine, why): 'auto' is vLLM when `python` imports it. A `python` the user named that cannot
     is an error (they meant vLLM); this interpreter without vLLM is the transformers engine, and
