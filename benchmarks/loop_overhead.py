@@ -18,6 +18,12 @@ high, at most every 4 s), the cost per proposal in each fifth of the run (the wa
 overhead by fifth of the proposals, and the CPU of every process by fifth of the
 evaluations, between commits), and the load average. The wall runs from the first proposal's arrival to the last
 commit (Ray's start-up and the seed's evaluation are printed apart).
+On a virtual machine whose cores are shared, the same code's CPU per proposal moves by up to
+a third from one run to the next, every process alike, whatever the load average says: with
+`--repeats N` each case runs N times and a summary prints the medians and ranges; with
+`--compare-env NAME=VALUE` every repeat also runs with that setting in `atoll run`'s
+environment (alternated, so both meet the same machine) and the summary sets the two side
+by side.
 The held-out check of new bests is off (peers have none); the LLM server runs in
 this process, outside the measured tree.
 """
@@ -212,14 +218,14 @@ def _role(p: psutil.Process) -> str:
 
 
 def run_case(url: str, evals: int, work_ms: float, llm_in_flight: int, extra: list[str],
-             profile: str | None = None) -> dict:
+             profile: str | None = None, env_extra: dict | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="atoll-loop-") as tmp:
         tmp = Path(tmp)
         (tmp / "const.py").write_text(DOMAIN)
         (tmp / "bench.toml").write_text(CONFIG.format(evals=evals, work_ms=work_ms, url=url,
                                                       llm_in_flight=llm_in_flight))
         env = dict(os.environ, PYTHONPATH=str(ROOT), ATOLL_CACHE_DIR=str(tmp / "cache"),
-                   ATOLL_LIBRARY=str(tmp / "library.duckdb"))  # its own library, gone with it
+                   ATOLL_LIBRARY=str(tmp / "library.duckdb"), **(env_extra or {}))  # its own library, gone with it
         cmd = [sys.executable, "-m", "controller", "run", "bench.toml", "--run-dir", "run", "--no-report"]
         for item in extra:
             cmd += ["--set", item]
@@ -359,7 +365,7 @@ def show(label: str, work_ms: float, r: dict) -> None:
           f"{r['peak_pss_mb']:.0f} MB counting shared pages once, PSS, read as the RSS sum rose, at most every "
           f"{SAMPLE_S * PSS_EVERY:g} s)")
     here, sampling = r["window"].pop(_HERE, 0.0), r["window"].pop(_SAMPLING, 0.0)
-    total = sum(r["window"].values())
+    total = r["cpu_ms"] = sum(r["window"].values())
     print(f"  CPU per proposal, every process of the tree together, between the commits that take the run past "
           f"a fifth and nine tenths of its evaluations ({r['window_n']} evaluations; start-up and the end behind): "
           f"{total:.1f} ms (2 cores give at most {2000 / total:.0f} proposals/s at that cost): "
@@ -376,6 +382,24 @@ def show(label: str, work_ms: float, r: dict) -> None:
               + ", ".join(f"{f:.1f}" for f in r["fifths_cpu"]))
 
 
+def summary(label: str, arms: dict) -> None:
+    """Medians and ranges of each arm's runs of one case."""
+    def spread(runs, key, fmt):
+        values = [r[key] for r in runs]
+        return f"{np.median(values):{fmt}} ({min(values):{fmt}} to {max(values):{fmt}})"
+    for arm, runs in arms.items():
+        print(f"{label}, {arm}, median of {len(runs)} (range): proposals/s {spread(runs, 'rate', '.1f')}, "
+              f"overhead {spread(runs, 'overhead_ms', '.1f')} ms, "
+              f"CPU per proposal {spread(runs, 'cpu_ms', '.1f')} ms")
+
+
+def _env_setting(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE")
+    return name, value
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--proposals", type=int, nargs="+", default=[200, 1000])
@@ -385,15 +409,29 @@ def main(argv=None) -> None:
     parser.add_argument("--set", action="append", default=[], help="more config overrides for atoll run")
     parser.add_argument("--profile", metavar="DIR", help="record every process with py-spy into DIR (slower); "
                              "a path ending in .pstats profiles the driver alone with cProfile, in CPU time")
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each case; with more than one, a summary "
+                        "of medians and ranges follows (default 1)")
+    parser.add_argument("--compare-env", type=_env_setting, action="append", default=[], metavar="NAME=VALUE",
+                        help="also run every repeat with this in atoll run's environment, alternated (repeatable)")
     args = parser.parse_args(argv)
+    arms = {"as is": None}
+    if args.compare_env:
+        arms[" ".join(f"{k}={v}" for k, v in args.compare_env)] = dict(args.compare_env)
     server = StepServer()
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
     try:
         for work_ms in args.work_ms:
             for n in args.proposals:
                 label = f"{'no-op' if not work_ms else f'{work_ms:g} ms CPU'} evaluation, {n} proposals"
-                show(label, work_ms, run_case(server.url, n + 1, work_ms, args.llm_in_flight, args.set, args.profile))
-                print(f"  load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+                runs: dict = {arm: [] for arm in arms}
+                for _ in range(args.repeats):
+                    for arm, env in arms.items():
+                        r = run_case(server.url, n + 1, work_ms, args.llm_in_flight, args.set, args.profile, env)
+                        show(label if env is None else f"{label} [{arm}]", work_ms, r)
+                        print(f"  load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+                        runs[arm].append(r)
+                if args.repeats > 1 or len(arms) > 1:
+                    summary(label, runs)
     finally:
         server.close()
     print(PEERS)
