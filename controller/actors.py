@@ -8,11 +8,13 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
+import importlib.util
 import logging
 import os
 import secrets
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import ray
@@ -133,7 +135,8 @@ def start_local(num_cpus: int | None, path: str) -> None:
     try:
         # a Ctrl-C or SIGTERM waits the seconds Ray takes to start: one inside it could crash its teardown,
         # and Ray's own SIGTERM handler (a sys.exit) would leave its agents running and its session behind
-        with signals.held(), no_api_server(), ray_leaves_sigterm(), loopback_node():
+        with signals.held(), no_api_server(), deps_found_not_imported(), node_seen_soon(), ray_leaves_sigterm(), \
+                loopback_node():
             ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
                      configure_logging=False)
             _SESSION.append(Path(ray._private.worker._global_node.get_session_dir_path()))  # before a held stop
@@ -259,6 +262,72 @@ def no_api_server():
         node._webui_url = None  # as when it did not start
     with patched(getattr(getattr(ray._private, "node", None), "Node", None), "start_api_server", skipped):
         yield
+
+
+# What Ray 2.60's `ray.dashboard.optional_deps` imports to tell a full install from a minimal one
+DASHBOARD_DEPS = ("aiohttp", "aiohttp_cors", "grpc", "opencensus", "opentelemetry.exporter.prometheus",
+                  "opentelemetry.proto", "prometheus_client", "pydantic")
+
+
+def _dashboard_deps_error() -> ImportError | None:
+    """Ray's answer to "is this a minimal install?", from where the packages are, not by importing them."""
+    try:
+        missing = [name for name in DASHBOARD_DEPS if importlib.util.find_spec(name) is None]
+    except (ImportError, ValueError) as exc:  # a parent package that cannot even be found
+        return ImportError(str(exc))
+    return ImportError(f"not installed: {', '.join(missing)}") if missing else None
+
+
+@contextlib.contextmanager
+def deps_found_not_imported():
+    """Start a command's own Ray without importing the full dashboard's packages in the driver.
+
+    To choose between its dashboard agent's two forms (full where those packages are installed,
+    minimal where not), Ray imports them all in the driver before it starts the raylet: aiohttp,
+    OpenTelemetry's Prometheus exporter and more, about 0.2 s of CPU before the raylet starts, for
+    packages the driver never uses. Where the packages are (`DASHBOARD_DEPS`) gives the same
+    answer, so the agent runs in the form Ray would choose. Ray 2.60's
+    `ray._private.utils.get_dashboard_dependency_error`; on a Ray without it this does nothing."""
+    with patched(getattr(ray._private, "utils", None), "get_dashboard_dependency_error", _dashboard_deps_error):
+        yield
+
+
+NODE_POLL_S, NODE_WAIT_S = 0.02, 30.0  # how often the node table is read while the raylet registers; how long
+
+
+@contextlib.contextmanager
+def node_seen_soon():
+    """Start a command's own Ray without a second's wait for its raylet to register.
+
+    `ray.init` asks the GCS for the new node once the raylet is started, and where the raylet has
+    not registered yet (it waits for its agents first) Ray's call tries again a second later:
+    every command's start took one or two seconds whose end fell on that second's tick
+    (`benchmarks/ray_start.py`). This reads the node table every `NODE_POLL_S` until the node is
+    alive, then lets Ray's call find it at once; after `NODE_WAIT_S` (Ray's own limit) or if the
+    table cannot be read, Ray's call decides as before. Ray 2.60's `ray._private.services.get_node`
+    and `state.GlobalState`; on a Ray without them this does nothing."""
+    services = getattr(ray._private, "services", None)
+    original = getattr(services, "get_node", None)
+
+    def get_node(gcs_address, node_id):
+        with contextlib.suppress(Exception):  # Ray's own call below is the one that answers
+            _wait_for_node(services, gcs_address, node_id)
+        return original(gcs_address, node_id)
+    with patched(services, "get_node", get_node):
+        yield
+
+
+def _wait_for_node(services, gcs_address: str, node_id: str) -> None:
+    state = ray._private.state.GlobalState()
+    state._initialize_global_state(services._get_gcs_client_options(gcs_address))
+    give_up = time.monotonic() + NODE_WAIT_S
+    try:
+        while time.monotonic() < give_up:
+            if any(row.get("NodeID") == node_id and row.get("Alive") for row in state.node_table()):
+                return
+            time.sleep(NODE_POLL_S)
+    finally:
+        state.disconnect()
 
 
 @contextlib.contextmanager

@@ -1,8 +1,9 @@
 """The Ray an `atoll` command starts for itself: its workers find Atoll and the caller's path
 without a runtime_env, it starts with a home that cannot be written, it runs neither the log
 monitor nor the autoscaler monitor (nobody reads the one, nothing scales, and Ray's shutdown
-waited a second on the other) nor the dashboard's API server (ray.init waited for it), its dashboard agent gathers node statistics once a minute, and
-its session folder is removed at a clean exit."""
+waited a second on the other) nor the dashboard's API server (ray.init waited for it), its dashboard agent gathers node statistics once a minute, the driver learns
+that the full dashboard's packages are installed without importing them, ray.init finds its new
+node as soon as it is alive (not a second later), and its session folder is removed at a clean exit."""
 import json
 import os
 import shutil
@@ -40,7 +41,25 @@ def watched(self, process_type, *args, **kwargs):  # each time a helper is stopp
     return kill(self, process_type, *args, **kwargs)
 
 ray_node.Node._kill_process_impl = watched
+from ray._private import services, state
+asked = []  # Ray's own calls for its new node: how long each took
+rays_get_node = services.get_node
+
+def timed_get_node(*args):
+    import time
+    start = time.monotonic()
+    try:
+        return rays_get_node(*args)
+    finally:
+        asked.append(time.monotonic() - start)
+
+services.get_node = timed_get_node
+if os.environ.get("NO_NODE_TABLE"):  # the node table cannot be read: Ray's own call decides, as before
+    def broken(self):
+        raise RuntimeError("no node table")
+    state.GlobalState.node_table = broken
 connect(None, 1)
+dashboard_deps_imported = "aiohttp" in sys.modules
 print(json.dumps({{"connected": sorted(ray._private.worker._global_node.all_processes)}}), flush=True)
 assert os.environ.get("PYTHONPATH") == {pythonpath!r}, "the driver's own environment is left as it was"
 job = ray.get_runtime_context().runtime_env
@@ -52,6 +71,13 @@ class Probe:
         return controller.actors.__file__, user_pkg_for_probe.X
 
 found = ray.get(Probe.remote().where.remote())
+
+def minimal_agent():  # how the raylet starts its dashboard agent (None: it says nothing of one)
+    with open(f"/proc/{{raylet}}/cmdline", "rb") as f:
+        for arg in f.read().split(b"\0"):
+            if arg.startswith(b"--dashboard_agent_command="):
+                return b"--minimal" in arg.split()
+    return None
 raylet = ray._private.worker._global_node.all_processes["raylet"][0].process.pid
 with open(f"/proc/{{raylet}}/environ", "rb") as f:  # what the raylet hands its dashboard agent
     environ = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if item)
@@ -62,7 +88,11 @@ print(json.dumps({{"found": found, "runtime_env": job, "auth": os.environ.get("R
                   "event stats": environ.get(b"RAY_event_stats", b"").decode(),
                   "driver's metrics": os.environ.get("RAY_enable_metrics_collection"),
                   "driver's": os.environ.get("REPORTER_UPDATE_INTERVAL_MS"),
-                  "session": ray._private.worker._global_node.get_session_dir_path()}}), flush=True)
+                  "session": ray._private.worker._global_node.get_session_dir_path(),
+                  "asked": asked, "deps imported": dashboard_deps_imported,
+                  "minimal agent": minimal_agent()}}), flush=True)
+from ray._private.utils import get_dashboard_dependency_error
+print(json.dumps({{"rays own answer": get_dashboard_dependency_error() is not None}}), flush=True)
 if os.environ.get("END_IN_A_TRACEBACK"):
     raise RuntimeError("a bug of the command's own")
 '''
@@ -80,18 +110,20 @@ def test_a_local_rays_workers_import_atoll_and_the_callers_path_and_its_idle_hel
     own = {} if home == "a home of its own" else {"REPORTER_UPDATE_INTERVAL_MS": "7000"}
     # the session folder goes at a clean exit; a traceback keeps it (its logs may hold the cause)
     ends = {} if home == "a home of its own" else {"END_IN_A_TRACEBACK": "1"}
+    # where the node table cannot be read, Ray's own wait for the new node decides, as it did
+    broken = {} if home == "a home of its own" else {"NO_NODE_TABLE": "1"}
     sessions = Path(tempfile.mkdtemp(prefix="atoll-t-"))  # short: Ray's sockets are in it
     try:
         proc = subprocess.run([sys.executable, "-c", SCRIPT.format(pythonpath=pythonpath)], cwd=tmp_path,
                               env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home"), "PYTHONPATH": pythonpath,
-                                   "SRC": str(ROOT), "RAY_TMPDIR": str(sessions), **own, **ends},
+                                   "SRC": str(ROOT), "RAY_TMPDIR": str(sessions), **own, **ends, **broken},
                               capture_output=True, text=True, timeout=180, check=False)
         assert proc.returncode == (1 if ends else 0), proc.stderr[-3000:]
         left = sorted(path.name for path in (sessions / "ray").glob("session_*"))
     finally:
         shutil.rmtree(sessions, ignore_errors=True)
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    *stops, connected, probe = lines
+    *stops, connected, probe, ray_says = lines
     # both stopped as Ray came up (killed, reaped, off the node's list); Ray's own shutdown would
     # ask the autoscaler monitor to stop, then wait a second for it to give up on the GCS
     assert stops == [{"stopped": "log_monitor", "politely": False, "gone": True},
@@ -114,6 +146,15 @@ def test_a_local_rays_workers_import_atoll_and_the_callers_path_and_its_idle_hel
     assert (probe["metrics"], probe["event stats"]) == ("0", "0")
     assert probe["driver's metrics"] is None
     assert left == ([Path(probe["session"]).name, "session_latest"] if ends else []), left
+    # the driver did not import the full dashboard's packages to learn they are installed, and the
+    # agent runs in the form Ray's own check (which imports them) chooses
+    assert not probe["deps imported"]
+    assert probe["minimal agent"] is ray_says["rays own answer"]
+    # Ray asked the GCS for its new node once; with the node table read until the node was alive,
+    # its call found it at once, where it waited a second and more for a node still registering
+    assert len(probe["asked"]) == 1
+    if not broken:
+        assert probe["asked"][0] < 0.5, probe["asked"]
 
 
 LISTENERS = r'''
