@@ -4,6 +4,7 @@ The head runs in a temp dir of its own and is stopped by killing the processes t
 that dir (never `ray stop`, which would stop every Ray on the machine).
 """
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -46,12 +47,21 @@ def head():
 
 
 def _free_ports(n: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(n)]
-    for sock in sockets:
-        sock.bind(("127.0.0.1", 0))
-    ports = [sock.getsockname()[1] for sock in sockets]
-    for sock in sockets:
-        sock.close()
+    """`n` free loopback ports below the kernel's ephemeral range. A port the kernel handed out for a
+    bind to port 0 and that was closed again could be handed to a connection or a listener of the
+    other test process's Ray before `ray start` binds it (seconds later for its job server); below
+    that range only an explicit bind takes a port. (Ray keeps 10002 to 19999 for its workers.)"""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    rng, ports = random.Random(), []
+    while len(ports) < n:
+        port = rng.randrange(20_000, low)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        if port not in ports:
+            ports.append(port)
     return ports
 
 
