@@ -292,7 +292,9 @@ def deps_found_not_imported():
         yield
 
 
-NODE_POLL_S, NODE_WAIT_S = 0.02, 30.0  # how often the node table is read while the raylet registers; how long
+# How often the node table is read while the raylet registers, and for how long: a raylet that died
+# at its start is then still reported by Ray's own wait (30 s), only this much later
+NODE_POLL_S, NODE_WAIT_S = 0.02, 5.0
 
 
 @contextlib.contextmanager
@@ -303,8 +305,8 @@ def node_seen_soon():
     not registered yet (it waits for its agents first) Ray's call tries again a second later:
     every command's start took one or two seconds whose end fell on that second's tick
     (`benchmarks/ray_start.py`). This reads the node table every `NODE_POLL_S` until the node is
-    alive, then lets Ray's call find it at once; after `NODE_WAIT_S` (Ray's own limit) or if the
-    table cannot be read, Ray's call decides as before. Ray 2.60's `ray._private.services.get_node`
+    alive, then lets Ray's call find it at once; after `NODE_WAIT_S` (a registration takes one or
+    two seconds) or if the table cannot be read, Ray's call decides as before. Ray 2.60's `ray._private.services.get_node`
     and `state.GlobalState`; on a Ray without them this does nothing."""
     services = getattr(ray._private, "services", None)
     original = getattr(services, "get_node", None)
