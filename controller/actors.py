@@ -283,8 +283,8 @@ def deps_found_not_imported():
     """Start a command's own Ray without importing the full dashboard's packages in the driver.
 
     To choose between its dashboard agent's two forms (full where those packages are installed,
-    minimal where not), Ray imports them all in the driver before it starts the raylet: aiohttp,
-    OpenTelemetry's Prometheus exporter and more, about 0.2 s of CPU before the raylet starts, for
+    minimal where not), Ray imports them all in the driver before it starts the raylet (aiohttp,
+    OpenTelemetry's Prometheus exporter and more): CPU spent, and the raylet started later, for
     packages the driver never uses. Where the packages are (`DASHBOARD_DEPS`) gives the same
     answer, so the agent runs in the form Ray would choose. Ray 2.60's
     `ray._private.utils.get_dashboard_dependency_error`; on a Ray without it this does nothing."""
@@ -302,12 +302,13 @@ def node_seen_soon():
     """Start a command's own Ray without a second's wait for its raylet to register.
 
     `ray.init` asks the GCS for the new node once the raylet is started, and where the raylet has
-    not registered yet (it waits for its agents first) Ray's call tries again a second later:
-    every command's start took one or two seconds whose end fell on that second's tick
+    not registered yet (it waits for its agents first) Ray's call looks again only a second
+    later, so a start often lasted up to a second longer than its raylet needed
     (`benchmarks/ray_start.py`). This reads the node table every `NODE_POLL_S` until the node is
-    alive, then lets Ray's call find it at once; after `NODE_WAIT_S` (a registration takes one or
-    two seconds) or if the table cannot be read, Ray's call decides as before. Ray 2.60's `ray._private.services.get_node`
-    and `state.GlobalState`; on a Ray without them this does nothing."""
+    alive, then lets Ray's call find it at once; after `NODE_WAIT_S` (a registration takes a
+    second or two) or if the table cannot be read, Ray's call decides as before. Ray 2.60's
+    `ray._private.services.get_node` and `state.GlobalState`; on a Ray without them this does
+    nothing."""
     services = getattr(ray._private, "services", None)
     original = getattr(services, "get_node", None)
 
