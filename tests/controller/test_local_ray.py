@@ -154,7 +154,7 @@ def test_a_local_rays_workers_import_atoll_and_the_callers_path_and_its_idle_hel
     # its call found it at once, where it waited a second and more for a node still registering
     assert len(probe["asked"]) == 1
     if not broken:
-        assert probe["asked"][0] < 0.5, probe["asked"]
+        assert probe["asked"][0] < 0.9, probe["asked"]  # a second and more on the code before
 
 
 LISTENERS = r'''
