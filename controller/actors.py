@@ -292,9 +292,9 @@ def deps_found_not_imported():
         yield
 
 
-# How often the node table is read while the raylet registers, and for how long: a raylet that died
-# at its start is then still reported by Ray's own wait (30 s), only this much later
-NODE_POLL_S, NODE_WAIT_S = 0.02, 5.0
+# How often the node table is read while the raylet registers, and for how long: Ray's own limit. A
+# raylet that never registers is still reported by Ray, which counts its 30 s from before this wait.
+NODE_POLL_S, NODE_WAIT_S = 0.02, 30.0
 
 
 @contextlib.contextmanager
@@ -306,7 +306,8 @@ def node_seen_soon():
     later, so a start often lasted up to a second longer than its raylet needed
     (`benchmarks/ray_start.py`). This reads the node table every `NODE_POLL_S` until the node is
     alive, then lets Ray's call find it at once; after `NODE_WAIT_S` (a registration takes a
-    second or two) or if the table cannot be read, Ray's call decides as before. Ray 2.60's
+    second or two, and several on a loaded machine) or if the table cannot be read, Ray's call
+    decides as before. Ray 2.60's
     `ray._private.services.get_node` and `state.GlobalState`; on a Ray without them this does
     nothing."""
     services = getattr(ray._private, "services", None)
