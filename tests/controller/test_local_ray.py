@@ -42,31 +42,21 @@ def watched(self, process_type, *args, **kwargs):  # each time a helper is stopp
 
 ray_node.Node._kill_process_impl = watched
 from ray._private import services, state
-asked = []  # Ray's own calls for its new node: how long each took
-rays_get_node = services.get_node
-
-def timed_get_node(*args):
-    import time
-    start = time.monotonic()
-    try:
-        return rays_get_node(*args)
-    finally:
-        asked.append(time.monotonic() - start)
-
-services.get_node = timed_get_node
 import controller.actors
-waited = []  # how long the node table was read before Ray's own call
-wait_for_node = controller.actors._wait_for_node
 
-def timed_wait(*args):
-    import time
-    start = time.monotonic()
-    try:
-        return wait_for_node(*args)
-    finally:
-        waited.append(time.monotonic() - start)
+def timed(call, times):  # `call`, each call's seconds appended to `times`
+    def timed_call(*args):
+        import time
+        start = time.monotonic()
+        try:
+            return call(*args)
+        finally:
+            times.append(time.monotonic() - start)
+    return timed_call
 
-controller.actors._wait_for_node = timed_wait
+asked, waited = [], []  # Ray's own calls for its new node; the node table's reading before each
+services.get_node = timed(services.get_node, asked)
+controller.actors._wait_for_node = timed(controller.actors._wait_for_node, waited)
 if os.environ.get("NO_NODE_TABLE"):  # the node table cannot be read: Ray's own call decides, as before
     def broken(self):
         raise RuntimeError("no node table")
