@@ -307,9 +307,8 @@ def node_seen_soon():
     (`benchmarks/ray_start.py`). This reads the node table every `NODE_POLL_S` until the node is
     alive, then lets Ray's call find it at once; after `NODE_WAIT_S` (a registration takes a
     second or two, and several on a loaded machine) or if the table cannot be read, Ray's call
-    decides as before. Ray 2.60's
-    `ray._private.services.get_node` and `state.GlobalState`; on a Ray without them this does
-    nothing."""
+    decides as before. Ray 2.60's `ray._private.services.get_node` and `state.GlobalState`; on a
+    Ray without them this does nothing."""
     services = getattr(ray._private, "services", None)
     original = getattr(services, "get_node", None)
 

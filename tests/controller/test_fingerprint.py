@@ -6,7 +6,7 @@ import json
 import shutil
 
 from controller.config import load_config
-from controller.memory import fingerprint
+from controller.fingerprint import fingerprint
 from controller.warm_start import plan_warm_start
 from store import library_records as records
 from store.library import Library

@@ -2,14 +2,15 @@
 busy library and add up when re-sent, warm-start plans."""
 import os
 import subprocess
-import time
 import sys
+import time
 
 import numpy as np
 import pytest
 
 from controller.config import validate
-from controller.memory import WARM, RunMemory, fingerprint, library_note, retrieve_skills
+from controller.fingerprint import fingerprint
+from controller.memory import WARM, RunMemory, library_note, retrieve_skills
 from controller.skill_learning import SkillLearner
 from controller.variant_memory import VariantMemory
 from controller.warm_start import WarmStartError

@@ -104,7 +104,7 @@ def test_a_warm_run_killed_with_9_resumes_without_evaluating_its_elites_again_an
     import shutil
 
     from controller.config import load_config
-    from controller.memory import fingerprint
+    from controller.fingerprint import fingerprint
     from evaluators.domains.inventory.programs import BASELINES
     from store import library_records as records
     from store.library import Library

@@ -15,6 +15,7 @@ import pytest
 
 from store.query import QueryError, run_query
 from tests.controller.runs import atoll as run_cli
+from tests.controller.runs import env
 from tests.controller.test_run_secrets import assert_secrets_drawn_stored_and_used, rescored_exactly
 from tests.tiny import TINY_INVENTORY
 
@@ -23,10 +24,6 @@ TINY = ["--set", "run.max_wall_s=240", "--set", "islands.count=2", "--set", "eva
         "--set", "controller.commit_every_s=0.2", "--set", "controller.snapshot_every_s=0.5"]
 for _key, _value in TINY_INVENTORY.items():
     TINY += ["--set", f"domain.options.{_key}={_value}"]
-
-
-def _env(tmp_path):
-    return dict(os.environ, PYTHONPATH=str(ROOT))
 
 
 def _counts(run_dir):
@@ -65,7 +62,7 @@ def test_ctrl_c_during_the_report_keeps_the_search_and_the_report_command_finish
     run_dir = tmp_path / "run"
     cmd = [sys.executable, "-m", "controller", "run", "configs/inventory.toml", "--run-dir", str(run_dir),
            "--max-evals", "4", *TINY]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(tmp_path), start_new_session=True, text=True,
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env(tmp_path), start_new_session=True, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         for line in proc.stdout:
@@ -103,7 +100,7 @@ def _started(run_dir, tmp_path, max_evals):
     """`atoll run` on the tiny inventory config, in a process group of its own (Ctrl-C goes to the group)."""
     cmd = [sys.executable, "-m", "controller", "run", "configs/inventory.toml", "--run-dir", str(run_dir),
            "--max-evals", str(max_evals), "--no-report", *TINY]
-    return subprocess.Popen(cmd, cwd=ROOT, env=_env(tmp_path), start_new_session=True, text=True,
+    return subprocess.Popen(cmd, cwd=ROOT, env=env(tmp_path), start_new_session=True, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
@@ -144,7 +141,7 @@ def test_a_sigterm_while_ray_starts_stops_the_run_in_one_line_and_leaves_no_ray_
     try:
         cmd = [sys.executable, "-m", "controller", "run", "configs/inventory.toml", "--run-dir",
                str(tmp_path / "run"), "--max-evals", "4", "--no-report", *TINY]
-        proc = subprocess.Popen(cmd, cwd=ROOT, env={**_env(tmp_path), "RAY_TMPDIR": str(temp)}, text=True,
+        proc = subprocess.Popen(cmd, cwd=ROOT, env={**env(tmp_path), "RAY_TMPDIR": str(temp)}, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 120
         while not list(temp.glob("ray/session_2*")):  # made by ray.init, after it put its handler in place
@@ -179,11 +176,11 @@ def test_query_answers_during_a_live_run_and_a_second_ctrl_c_while_stopping_is_o
         assert _wait_for_evaluations(run_dir, 2, proc) >= 2
         cli = subprocess.run([sys.executable, "-m", "controller", "query", str(run_dir),
                               "SELECT count(*) AS n FROM programs", "--json"],
-                             cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True, timeout=60)
+                             cwd=ROOT, env=env(tmp_path), capture_output=True, text=True, timeout=60)
         assert cli.returncode == 0 and json.loads(cli.stdout.splitlines()[0])["n"] >= 2
         assert "live" in cli.stderr
         refused = subprocess.run([sys.executable, "-m", "controller", "query", str(run_dir), "DELETE FROM programs"],
-                                 cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True, timeout=60)
+                                 cwd=ROOT, env=env(tmp_path), capture_output=True, text=True, timeout=60)
         assert refused.returncode == 2 and "read-only" in refused.stderr and "Traceback" not in refused.stderr
         os.killpg(proc.pid, signal.SIGINT)
         for pause in (0.15, 0.4):  # the stop's commits and Ray's shutdown take seconds
@@ -221,7 +218,7 @@ def test_a_hangup_of_the_runs_terminal_stops_it_as_ctrl_c_does_and_a_resume_fini
     cmd = [sys.executable, "-m", "controller", "run", "configs/inventory.toml", "--run-dir", str(run_dir),
            "--max-evals", "12", "--no-report", *TINY]
     # a session of its own whose controlling terminal is the pty, as a login shell's command has
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(tmp_path), stdin=slave, stdout=slave, stderr=slave,
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env(tmp_path), stdin=slave, stdout=slave, stderr=slave,
                             start_new_session=True, preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))  # noqa: PLW1509
     os.close(slave)
     shown = []
@@ -278,7 +275,7 @@ def test_a_search_whose_mutators_ran_out_of_new_programs_says_so(tmp_path):
     cmd = [sys.executable, "-m", "controller", "run", "configs/inventory.toml", "--run-dir", str(run_dir),
            "--max-evals", "400", "--no-report", *_tiny_with_wall_s(120),
            "--set", "islands.count=1", "--set", 'mutator.embedded.operators=["swap_operator"]']
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(tmp_path), start_new_session=True, text=True,
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env(tmp_path), start_new_session=True, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     said = []
     try:
