@@ -5,11 +5,12 @@ Each round runs two fresh processes, alternated so both meet the same load. Each
 starts two actors that import from Atoll's tree (one CPU each, as evaluators are) and shuts
 Ray down. "before" gives the workers their PYTHONPATH in a runtime_env and leaves Ray's
 helpers running and the shutdown to Ray; "now" is `controller.actors.start_local` (the path
-through the environment Ray's processes inherit, and its log monitor and autoscaler monitor
-stopped once it is up). Between the actors' start and the shutdown, each run idles `--idle`
-seconds with its two actors alive and measures the CPU that every process of its Ray spends
-meanwhile (the driver and all it started: what a run pays each second beside its work), then
-their memory (PSS, shared pages counted once).
+through the environment Ray's processes inherit, and neither a log monitor nor an autoscaler
+monitor started). Each run also prints the CPU that the driver and every process it started
+spent from the driver's start until its two actors were ready. Between the actors' start and
+the shutdown, each run idles `--idle` seconds with its two actors alive and measures the CPU
+that every process of its Ray spends meanwhile (the driver and all it started: what a run
+pays each second beside its work), then their memory (PSS, shared pages counted once).
 The script prints the medians of each step and the load average around them. With
 `--against DIR`, a third way "DIR" runs `start_local` of the Atoll checkout in DIR (an older
 commit, say) in every round too, so a change to it is measured side by side.
@@ -68,6 +69,18 @@ def cpu_per_s(seconds):
     return found
 
 
+def tree_cpu_s():
+    """CPU seconds of this process and all it started so far: those alive, and those they reaped."""
+    me, total = psutil.Process(), 0.0
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+        except psutil.Error:
+            pass
+    return total
+
+
 def tree_pss_mb():
     """The PSS of this process and all it started, in MB: shared pages counted once."""
     me, total = psutil.Process(), 0
@@ -95,12 +108,13 @@ class Probe:
 actors = [Probe.remote() for _ in range(2)]
 found = ray.get([a.where.remote() for a in actors])
 t3 = time.perf_counter()
+cpu = tree_cpu_s()
 idle = cpu_per_s({idle})
 pss = tree_pss_mb()
 t4 = time.perf_counter()
 ray.shutdown()
 t5 = time.perf_counter()
-print(json.dumps({{"import": t1 - t0, "init": t2 - t1, "actors": t3 - t2, "shutdown": t5 - t4,
+print(json.dumps({{"cpu": cpu, "import": t1 - t0, "init": t2 - t1, "actors": t3 - t2, "shutdown": t5 - t4,
                   "idle": idle, "pss": pss, "found": found}}))
 '''
 
@@ -145,8 +159,10 @@ def main() -> None:
     for way in ways:
         med = {s: statistics.median(r[s] for r in runs[way]) for s in STEPS}
         total = statistics.median(sum(r[s] for s in STEPS) for r in runs[way])
+        cpu = statistics.median(r["cpu"] for r in runs[way])
         print(f"{way:6s} median of {args.rounds}: ray.init {med['init']:.2f} s, two actors ready "
-              f"{med['actors']:.2f} s, shutdown {med['shutdown']:.2f} s, all three {total:.2f} s")
+              f"{med['actors']:.2f} s, shutdown {med['shutdown']:.2f} s, all three {total:.2f} s; "
+              f"CPU of every process from the driver's start to the actors ready {cpu:.2f} s")
         if args.idle:
             names = sorted({n for r in runs[way] for n in r["idle"]})
             by_name = {n: statistics.median(r["idle"].get(n, 0.0) for r in runs[way]) for n in names}

@@ -135,8 +135,8 @@ def start_local(num_cpus: int | None, path: str) -> None:
     try:
         # a Ctrl-C or SIGTERM waits the seconds Ray takes to start: one inside it could crash its teardown,
         # and Ray's own SIGTERM handler (a sys.exit) would leave its agents running and its session behind
-        with signals.held(), no_api_server(), deps_found_not_imported(), node_seen_soon(), ray_leaves_sigterm(), \
-                loopback_node():
+        with signals.held(), no_api_server(), no_helpers(), deps_found_not_imported(), node_seen_soon(), \
+                ray_leaves_sigterm(), loopback_node():
             ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
                      configure_logging=False)
             _SESSION.append(Path(ray._private.worker._global_node.get_session_dir_path()))  # before a held stop
@@ -155,7 +155,6 @@ def start_local(num_cpus: int | None, path: str) -> None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-    stop_helpers()
 
 
 _SESSION: list[Path] = []  # the session folder of this command's own Ray
@@ -348,21 +347,21 @@ def loopback_node():
         yield
 
 
-def stop_helpers() -> None:
-    """Stop the two processes a command's own Ray runs for nobody: its log monitor and its
-    autoscaler monitor.
+@contextlib.contextmanager
+def no_helpers():
+    """Start a command's own Ray without the two processes it would run for nobody: its log
+    monitor and its autoscaler monitor.
 
     The log monitor tails every worker's log for drivers that print them; Atoll's driver asks
     for none (`log_to_driver=False`). The autoscaler monitor scales a cluster; a Ray of this
-    machine's own has a fixed size. Left running, the two cost 8 ms of CPU a second between
-    them, every second of a run (`benchmarks/ray_start.py`), and at exit Ray's shutdown stopped
-    the GCS, then waited a second for the autoscaler monitor to give up on it: the shutdown takes
-    0.14 to 0.35 s instead of 1.36 s. Ray 2.60's `Node.kill_log_monitor` and `kill_monitor`
-    (which also reap them and take them off the node's list); on another Ray this does nothing.
-    """
-    node = getattr(ray._private.worker, "_global_node", None)
-    for name in ("kill_log_monitor", "kill_monitor"):
-        kill = getattr(node, name, None)
-        if kill is not None:
-            with contextlib.suppress(Exception):  # a helper already gone is what was wanted
-                kill(check_alive=False)
+    machine's own has a fixed size. Running, the two cost CPU every second between them; at
+    exit, Ray's shutdown stopped the GCS, then waited a second for the autoscaler monitor to
+    give up on it. Stopped once Ray was up, as Atoll did first, they still cost every start
+    two Python processes that import Ray, beside the raylet's own start, and so a slower
+    `ray.init` (`benchmarks/ray_start.py`). Ray 2.60's `Node.start_log_monitor` and
+    `start_monitor`; on a Ray without them this does nothing."""
+    def skipped(node, *args, **kwargs):
+        return None
+    node = getattr(getattr(ray._private, "node", None), "Node", None)
+    with patched(node, "start_log_monitor", skipped), patched(node, "start_monitor", skipped):
+        yield

@@ -17,32 +17,25 @@ import pytest
 from tests.conftest import ROOT
 
 SCRIPT = r'''
-import inspect, json, os, sys
+import json, os, sys
 sys.path.insert(0, os.environ["SRC"])  # the driver finds Atoll as `atoll` does; its workers only through connect
 import ray
-from ray._private import node as ray_node, ray_constants
+from ray._private import services, state
 
+import controller.actors
 from controller.actors import connect
 
-kill = ray_node.Node._kill_process_impl
-signature = inspect.signature(kill)
-HELPERS = (ray_constants.PROCESS_TYPE_LOG_MONITOR, ray_constants.PROCESS_TYPE_MONITOR)
+started = []  # the helpers Ray started: neither should be
 
-def watched(self, process_type, *args, **kwargs):  # each time a helper is stopped, and how
-    if process_type in HELPERS and process_type in self.all_processes:
-        call = signature.bind(self, process_type, *args, **kwargs)
-        call.apply_defaults()
-        pid = self.all_processes[process_type][0].process.pid
-        out = kill(self, process_type, *args, **kwargs)
-        gone = not os.path.exists(f"/proc/{{pid}}")  # killed and reaped
-        print(json.dumps({{"stopped": process_type, "politely": call.arguments["allow_graceful"],
-                          "gone": gone}}), flush=True)
-        return out
-    return kill(self, process_type, *args, **kwargs)
+def watched(name):
+    start = getattr(services, name)
+    def call(*args, **kwargs):
+        started.append(name)
+        return start(*args, **kwargs)
+    return call
 
-ray_node.Node._kill_process_impl = watched
-from ray._private import services, state
-import controller.actors
+for name in ("start_log_monitor", "start_monitor"):
+    setattr(services, name, watched(name))
 
 def timed(call, times):  # `call`, each call's seconds appended to `times`
     def timed_call(*args):
@@ -92,7 +85,7 @@ print(json.dumps({{"found": found, "runtime_env": job, "auth": os.environ.get("R
                   "driver's metrics": os.environ.get("RAY_enable_metrics_collection"),
                   "driver's": os.environ.get("REPORTER_UPDATE_INTERVAL_MS"),
                   "session": ray._private.worker._global_node.get_session_dir_path(),
-                  "asked": asked, "waited": waited, "deps imported": dashboard_deps_imported,
+                  "asked": asked, "waited": waited, "helpers started": started, "deps imported": dashboard_deps_imported,
                   "minimal agent": minimal_agent()}}), flush=True)
 from ray._private.utils import get_dashboard_dependency_error
 print(json.dumps({{"rays own answer": get_dashboard_dependency_error() is not None}}), flush=True)
@@ -102,7 +95,7 @@ if os.environ.get("END_IN_A_TRACEBACK"):
 
 
 @pytest.mark.parametrize("home", ["a home of its own", "a home that cannot be written"])
-def test_a_local_rays_workers_import_atoll_and_the_callers_path_and_its_idle_helpers_are_stopped(tmp_path, home):
+def test_a_local_rays_workers_import_atoll_and_the_callers_path_and_its_idle_helpers_never_start(tmp_path, home):
     (tmp_path / "user_pkg_for_probe.py").write_text("X = 42\n")
     pythonpath = str(tmp_path)  # the caller's path only: Atoll's tree is added for the workers
     if home == "a home of its own":
@@ -126,11 +119,10 @@ def test_a_local_rays_workers_import_atoll_and_the_callers_path_and_its_idle_hel
     finally:
         shutil.rmtree(sessions, ignore_errors=True)
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    *stops, connected, probe, ray_says = lines
-    # both stopped as Ray came up (killed, reaped, off the node's list); Ray's own shutdown would
-    # ask the autoscaler monitor to stop, then wait a second for it to give up on the GCS
-    assert stops == [{"stopped": "log_monitor", "politely": False, "gone": True},
-                     {"stopped": "monitor", "politely": False, "gone": True}]
+    connected, probe, ray_says = lines
+    # neither helper started (each a process that imports Ray); Ray's own shutdown would ask the
+    # autoscaler monitor to stop, then wait a second for it to give up on the GCS
+    assert probe["helpers started"] == []
     assert "log_monitor" not in connected["connected"] and "monitor" not in connected["connected"]
     assert "raylet" in connected["connected"]
     assert "dashboard" not in connected["connected"]  # no API server: ray.init no longer waits for its start
