@@ -13,7 +13,7 @@ from store import signals
 
 @pytest.fixture()
 def stop_handlers():
-    before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     hook = sys.unraisablehook
     commands.stop_on_signals()
     yield

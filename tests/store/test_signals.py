@@ -17,6 +17,19 @@ from store.library import Library
 from tests.store.test_archive import cand, ok
 
 
+@pytest.fixture(autouse=True)
+def ctrl_c_raises():
+    """Ctrl-C raises KeyboardInterrupt in these tests, as it does in `atoll` (`controller.cli._stoppable`),
+    even in a suite started with SIGINT ignored or blocked: a background job of a non-interactive shell
+    inherits it ignored, and these tests' Ctrl-C then never arrived."""
+    before = signal.getsignal(signal.SIGINT)
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
 def _ctrl_c():
     os.kill(os.getpid(), signal.SIGINT)
 
