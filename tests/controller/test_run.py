@@ -14,16 +14,11 @@ from pathlib import Path
 import pytest
 
 from store.query import QueryError, run_query
+from tests.controller.runs import TINY, env
 from tests.controller.runs import atoll as run_cli
-from tests.controller.runs import env
 from tests.controller.test_run_secrets import assert_secrets_drawn_stored_and_used, rescored_exactly
-from tests.tiny import TINY_INVENTORY
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = ["--set", "run.max_wall_s=240", "--set", "islands.count=2", "--set", "evaluator.actors=2",
-        "--set", "controller.commit_every_s=0.2", "--set", "controller.snapshot_every_s=0.5"]
-for _key, _value in TINY_INVENTORY.items():
-    TINY += ["--set", f"domain.options.{_key}={_value}"]
 
 
 def _counts(run_dir):
