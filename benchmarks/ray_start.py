@@ -69,27 +69,28 @@ def cpu_per_s(seconds):
     return found
 
 
-def tree_cpu_s():
-    """CPU seconds of this process and all it started so far: those alive, and those they reaped."""
+def tree_sum(measure):
+    """`measure(p)` summed over this process and all it started (one gone meanwhile adds nothing)."""
     me, total = psutil.Process(), 0.0
     for p in [me, *me.children(recursive=True)]:
         try:
-            t = p.cpu_times()
-            total += t.user + t.system + t.children_user + t.children_system
+            total += measure(p)
         except psutil.Error:
             pass
     return total
 
 
+def tree_cpu_s():
+    """CPU seconds of this process and all it started so far: those alive, and those they reaped."""
+    def cpu(p):
+        t = p.cpu_times()
+        return t.user + t.system + t.children_user + t.children_system
+    return tree_sum(cpu)
+
+
 def tree_pss_mb():
     """The PSS of this process and all it started, in MB: shared pages counted once."""
-    me, total = psutil.Process(), 0
-    for p in [me, *me.children(recursive=True)]:
-        try:
-            total += p.memory_full_info().pss
-        except psutil.Error:
-            pass
-    return total / 2**20
+    return tree_sum(lambda p: p.memory_full_info().pss) / 2**20
 from controller.actors import project_root, start_local
 t1 = time.perf_counter()
 if {way!r} == "before":
