@@ -3,17 +3,18 @@
 Every `atoll` command that searches or reports starts a Ray of its own and then its actors.
 Each round runs two fresh processes, alternated so both meet the same load. Each starts Ray,
 starts two actors that import from Atoll's tree (one CPU each, as evaluators are) and shuts
-Ray down. "before" gives the workers their PYTHONPATH in a runtime_env and leaves Ray's
-helpers running and the shutdown to Ray; "now" is `controller.actors.start_local` (the path
+Ray down. "before" gives the workers their PYTHONPATH in a runtime_env, leaves Ray's helpers
+running and calls `ray.shutdown()`; "now" is `controller.actors.start_local` (the path
 through the environment Ray's processes inherit, and neither a log monitor nor an autoscaler
-monitor started). Each run also prints the CPU that the driver and every process it started
-spent from the driver's start until its two actors were ready. Between the actors' start and
+monitor started), stopped as a command's exit stops it (`controller.actors._forget_session`,
+which also removes Ray's session folder). Each run also prints the CPU that the driver and
+every process it started spent from the driver's start until its two actors were ready. Between the actors' start and
 the shutdown, each run idles `--idle` seconds with its two actors alive and measures the CPU
 that every process of its Ray spends meanwhile (the driver and all it started: what a run
 pays each second beside its work), then their memory (PSS, shared pages counted once).
 The script prints the medians of each step and the load average around them. With
-`--against DIR`, a third way "DIR" runs `start_local` of the Atoll checkout in DIR (an older
-commit, say) in every round too, so a change to it is measured side by side.
+`--against DIR`, a third way "DIR" runs `start_local` and `_forget_session` of the Atoll
+checkout in DIR (an older commit, say) in every round too, so a change to it is measured side by side.
 
     unshare -n sh -c 'ip link set lo up && python3 benchmarks/ray_start.py --rounds 5'
     git worktree add /tmp/atoll-old HEAD~1
@@ -113,7 +114,11 @@ cpu = tree_cpu_s()
 idle = cpu_per_s({idle})
 pss = tree_pss_mb()
 t4 = time.perf_counter()
-ray.shutdown()
+if {way!r} == "before":
+    ray.shutdown()
+else:  # as the command's exit does it: Ray stopped, its session folder removed
+    from controller.actors import _forget_session
+    _forget_session()
 t5 = time.perf_counter()
 print(json.dumps({{"cpu": cpu, "import": t1 - t0, "init": t2 - t1, "actors": t3 - t2, "shutdown": t5 - t4,
                   "idle": idle, "pss": pss, "found": found}}))

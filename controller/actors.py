@@ -166,7 +166,10 @@ def _forget_session() -> None:
     logs may hold: a folder was left in RAY_TMPDIR (/tmp/ray) by every run, resume and report."""
     if not _SESSION:
         return
-    ray.shutdown(_exiting_interpreter=True)  # as Ray's own atexit handler does, which comes next
+    # Not as Ray's own atexit handler (next, then a no-op) calls it: with `_exiting_interpreter` a
+    # driver sleeps 0.5 s for its workers' log lines to be printed, and this driver prints none
+    # (`log_to_driver=False`); every command's exit waited for them.
+    ray.shutdown()
     if getattr(sys, "last_value", None) is not None:  # an uncaught exception (set before atexit runs)
         return
     latest = _SESSION[0].parent / "session_latest"

@@ -3,7 +3,8 @@ without a runtime_env, it starts with a home that cannot be written, it runs nei
 monitor nor the autoscaler monitor (nobody reads the one, nothing scales, and Ray's shutdown
 waited a second on the other) nor the dashboard's API server (ray.init waited for it), its dashboard agent gathers node statistics once a minute, the driver learns
 that the full dashboard's packages are installed without importing them, ray.init finds its new
-node as soon as it is alive (not a second later), and its session folder is removed at a clean exit."""
+node as soon as it is alive (not a second later), and its session folder is removed at a clean exit,
+which does not wait half a second for workers' log lines the driver never prints."""
 import json
 import os
 import shutil
@@ -54,7 +55,17 @@ if os.environ.get("NO_NODE_TABLE"):  # the node table cannot be read: Ray's own 
     def broken(self):
         raise RuntimeError("no node table")
     state.GlobalState.node_table = broken
+import atexit, time
+slept = []  # the sleeps of the command's exit (its handlers run last registered, first run)
+atexit.register(lambda: print(json.dumps({{"exit slept": slept}}), flush=True))  # after Atoll's own
 connect(None, 1)
+def watch_sleeps():
+    sleep = time.sleep
+    def recorded(seconds):
+        slept.append(seconds)
+        sleep(seconds)
+    time.sleep = recorded
+atexit.register(watch_sleeps)  # before Atoll's own, which stops its Ray
 dashboard_deps_imported = "aiohttp" in sys.modules
 print(json.dumps({{"connected": sorted(ray._private.worker._global_node.all_processes)}}), flush=True)
 assert os.environ.get("PYTHONPATH") == {pythonpath!r}, "the driver's own environment is left as it was"
@@ -119,7 +130,7 @@ def test_a_local_rays_workers_import_atoll_and_the_callers_path_and_its_idle_hel
     finally:
         shutil.rmtree(sessions, ignore_errors=True)
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    connected, probe, ray_says = lines
+    connected, probe, ray_says, exit_ = lines
     # neither helper started (each a process that imports Ray); Ray's own shutdown would ask the
     # autoscaler monitor to stop, then wait a second for it to give up on the GCS
     assert probe["helpers started"] == []
@@ -141,6 +152,8 @@ def test_a_local_rays_workers_import_atoll_and_the_callers_path_and_its_idle_hel
     assert (probe["metrics"], probe["event stats"]) == ("0", "0")
     assert probe["driver's metrics"] is None
     assert left == ([Path(probe["session"]).name, "session_latest"] if ends else []), left
+    # the exit stopped its Ray without waiting half a second for workers' log lines it never prints
+    assert 0.5 not in exit_["exit slept"], exit_
     # the driver did not import the full dashboard's packages to learn they are installed, and the
     # agent runs in the form Ray's own check (which imports them) chooses
     assert not probe["deps imported"]
