@@ -11,9 +11,9 @@ import json
 import math
 
 import orjson
-import pyarrow as pa
 import pyarrow.compute as pc
 
+from store.arrow import pa
 from store.records import Status
 
 FLOATS = pa.list_(pa.float64())
@@ -83,6 +83,12 @@ def statuses(values: list, nullable: bool = False) -> list[str | None]:
         return [table[s] for s in values]
     except (KeyError, TypeError):
         return [None if s is None and nullable else Status(s).value for s in values]
+
+
+def strings(values) -> pa.Array:
+    """A string column (None is null). Every column the archive builds names its type: pyarrow
+    guessing one imports pandas to recognize its missing values (see `store.arrow`)."""
+    return pa.array(values, pa.string())
 
 
 def floats(values: list) -> pa.Array:

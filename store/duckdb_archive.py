@@ -24,12 +24,13 @@ from pathlib import Path
 
 import duckdb
 import numpy as np
-import pyarrow as pa
 
 from store import signals
+from store.arrow import pa
 from store.hash_index import HashSet
 from store.readonly import cut_short, is_damage_error
 from store.records import Candidate, EvalResult
+from store.columns import strings
 from store.writer import TableColumns, Writer, insert_arrow, to_json
 
 SCHEMA_DIR = Path(__file__).with_name("schema")
@@ -322,9 +323,10 @@ class DuckDBArchive:
 
     def _insert_events(self, run_id: str, events: list[tuple[str, dict]]) -> None:
         now = time.time()
-        self._insert("events", pa.table({"run_id": [run_id] * len(events), "ts": [now] * len(events),
-                                         "kind": [kind for kind, _ in events],
-                                         "data": [to_json(data) for _, data in events]}))
+        self._insert("events", pa.table({"run_id": strings([run_id] * len(events)),
+                                         "ts": pa.array([now] * len(events), pa.float64()),
+                                         "kind": strings([kind for kind, _ in events]),
+                                         "data": strings([to_json(data) for _, data in events])}))
 
     def _save_snapshot(self, run_id: str, data: bytes) -> None:
         self.con.execute("DELETE FROM snapshots WHERE run_id = ?", [run_id])

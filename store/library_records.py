@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-import pyarrow as pa
+from store.arrow import pa
 
 _KEYS = {"skill_uses": "run_id, program_id", "prompt_variant_uses": "run_id, program_id"}  # their primary keys
 

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import duckdb
 import msgpack
-import pyarrow as pa
 
+from store.arrow import pa
 from store.readonly import QueryError, explained, first_line, reads
 
 SOCKET = "archive.sock"

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 
 import duckdb
 import numpy as np
-import pyarrow as pa
 
-from store.columns import finite_lists, floats, json_column, plain_floats, statuses, to_json
+from store.arrow import pa
+from store.columns import finite_lists, floats, json_column, plain_floats, statuses, strings, to_json
 from store.hash_index import HashIndex, id_hashes
 from store.records import Candidate, EvalResult, Status
 
@@ -117,12 +117,12 @@ class Writer:
         bests, island_best = self._running_bests(fresh, ok)
         hashes = [batch.hashes[pid] for pid in ids]
         self._insert("programs", pa.table({
-            "program_id": ids, "run_id": [c.run_id for c in fresh],
+            "program_id": strings(ids), "run_id": strings([c.run_id for c in fresh]),
             "island": pa.array([c.island for c in fresh], pa.int32()),
             "generation": pa.array([c.generation for c in fresh], pa.int32()),
             "parent_ids": pa.array([c.parent_ids for c in fresh], _STRINGS),
-            "code": [c.code for c in fresh], "code_hash": [c.code_hash for c in fresh],
-            "mutator": [c.mutator for c in fresh], "created_at": plain_floats([c.created_at for c in fresh]),
+            "code": strings([c.code for c in fresh]), "code_hash": strings([c.code_hash for c in fresh]),
+            "mutator": strings([c.mutator for c in fresh]), "created_at": plain_floats([c.created_at for c in fresh]),
             "seq": pa.array(seqs, pa.int64()), "id_hash": pa.array(hashes, pa.uint64()),
             "proposed_hash": pa.array([None if r is None else r.metrics.get("proposed_hash") for r in search],
                                       pa.string()),
@@ -131,7 +131,7 @@ class Writer:
         if edges:
             child, parent, run, child_seq, parent_seq = zip(*edges)
             self._insert("lineage", pa.table({
-                "child_id": child, "parent_id": parent, "run_id": run,
+                "child_id": strings(child), "parent_id": strings(parent), "run_id": strings(run),
                 "child_seq": pa.array(child_seq, pa.int64()), "parent_seq": pa.array(parent_seq, pa.int64())}))
         known = dict(zip(hashes, zip(seqs, [_NAN if s is None else s for s in ok])))
 
@@ -185,8 +185,8 @@ class Writer:
             self.con.execute("DELETE FROM evaluations WHERE split = ? AND program_id IN (SELECT unnest(?))",
                              [split, [r.program_id for r in stored if r.split == split]])
         self._insert("evaluations", pa.table({
-            "program_id": [r.program_id for r in results], "run_id": [run for _, run in items],
-            "split": [r.split for r in results], "status": statuses([r.status for r in results]),
+            "program_id": strings([r.program_id for r in results]), "run_id": strings([run for _, run in items]),
+            "split": strings([r.split for r in results]), "status": strings(statuses([r.status for r in results])),
             "score": floats([r.score for r in results]),
             "metrics": json_column([r.metrics for r in results]),
             "instance_scores": finite_lists([r.instance_scores for r in results]),
@@ -195,14 +195,14 @@ class Writer:
             "duration_s": plain_floats([r.duration_s for r in results]),
             "node_id": pa.array([r.node_id for r in results], pa.string()),
             "node_ip": pa.array([r.node_ip for r in results], pa.string()),
-            "created_at": pa.array(np.full(len(results), time.time()))}))
+            "created_at": pa.array(np.full(len(results), time.time()), pa.float64())}))
         researched = [r for r in stored if r.split == "search"]
         return self._update_search(researched) if researched else None
 
     def _update_search(self, results: list[EvalResult]):
         """Stored programs got a new search evaluation: their row, island bests and totals follow."""
-        table = pa.table({"program_id": [r.program_id for r in results],
-                          "search_status": statuses([r.status for r in results]),
+        table = pa.table({"program_id": strings([r.program_id for r in results]),
+                          "search_status": strings(statuses([r.status for r in results])),
                           "search_score": floats([r.score for r in results]),
                           "proposed_hash": pa.array([r.metrics.get("proposed_hash") for r in results], pa.string())})
         self.con.register("_search", table)
@@ -258,7 +258,7 @@ class Writer:
         self.con.execute("DELETE FROM mutator_counts")
         if totals:
             self._insert("mutator_counts", pa.table({
-                "run_id": [t[0] for t in totals], "mutator": [t[1] for t in totals],
+                "run_id": strings([t[0] for t in totals]), "mutator": strings([t[1] for t in totals]),
                 **{name: pa.array([t[i] for t in totals], pa.int64())
                    for i, name in ((2, "attempts"), (3, "ok"), (4, "improvements"))}}))
         last = self.con.execute("SELECT coalesce(max(seq), 0) FROM programs").fetchone()[0]
