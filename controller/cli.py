@@ -6,6 +6,7 @@ ends with one clear line on stderr and exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import atexit
 import signal
 import sys
 import textwrap
@@ -185,6 +186,7 @@ def _stoppable() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _stoppable()
+    atexit.register(signals.stop_done)  # the last of Atoll's exit steps (after Ray's shutdown, registered later)
     from controller import commands
 
     if args.command in _SEARCHING:

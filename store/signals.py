@@ -102,6 +102,17 @@ def still_stopping(signum=None, frame=None) -> None:
 _SAID: list = []
 
 
+def stop_done() -> None:
+    """The stop's last step is done; only the interpreter's own exit is left. Python puts a signal's
+    default action back as it exits, so a late Ctrl-C there killed the process (exit -2, what it still
+    held for stdout lost); one now is ignored. Outside a stop this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in _SIGNALS:
+        if signal.getsignal(signum) is still_stopping:
+            signal.signal(signum, signal.SIG_IGN)
+
+
 def off_the_terminal() -> None:
     """After a hangup, whatever is printed to the terminal goes nowhere instead of failing (a hung-up
     terminal answers every write with EIO, which would break the stop off). Output to a file or a

@@ -5,6 +5,8 @@ during DuckDB's COMMIT came out as `RuntimeError: Query interrupted`, which the 
 `except KeyboardInterrupt` never saw (a traceback instead of a clean stop)."""
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -14,6 +16,7 @@ import pytest
 from store import signals
 from store.duckdb_archive import DuckDBArchive
 from store.library import Library
+from tests.conftest import ROOT
 from tests.store.test_archive import cand, ok
 
 
@@ -88,3 +91,25 @@ def test_duckdbs_answer_to_a_ctrl_c_is_told_from_other_errors():
     assert signals.interrupted(RuntimeError("Query interrupted"))
     assert not signals.interrupted(RuntimeError("Query interrupted by a bug elsewhere"))
     assert not signals.interrupted(ValueError("Query interrupted"))
+
+
+_AT_EXIT = """
+import signal, sys
+sys.path.insert(0, sys.argv[1])
+from store import signals
+if sys.argv[2] == "stopping":
+    signals.stopping()
+signals.stop_done()
+print([signal.getsignal(s) == signal.SIG_IGN for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)])
+"""
+
+
+@pytest.mark.parametrize("state", ["stopping", "not stopping"])
+def test_once_a_stop_is_done_a_late_signal_is_ignored_not_the_default_that_kills(state):
+    """Python puts each signal's default action back as it exits, and a Ctrl-C there killed a stopped
+    run (exit -2, its buffered output lost); `atoll` calls stop_done last at exit. Outside a stop the
+    handlers stay as they were."""
+    proc = subprocess.run([sys.executable, "-c", _AT_EXIT, str(ROOT), state], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str([state == "stopping"] * 3)
