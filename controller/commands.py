@@ -224,7 +224,7 @@ def _search_and_report(config, archive, run_id, run_dir, args) -> int:
                       f"Continue with: {resume_command(run_dir)}", soft_wrap=True)
     _llm_summary(archive, run_id)
     if status != "interrupted" and not args.no_report:
-        return _report(archive, run_id, search.domain, search.ready_evaluators(), run_dir,
+        return _report(archive, run_id, search.domain, search.ready_evaluators, run_dir,
                        lambda: new_evaluator(config, hide, secrets=secrets))
     if status == "interrupted":
         console.print(f"stopped; everything finished is committed. Continue with: {resume_command(run_dir)}",
@@ -259,7 +259,8 @@ def _llm_summary(archive, run_id) -> None:
 
 
 def _report(archive, run_id, domain, evaluators, run_dir, new_evaluator) -> int:
-    """The held-out table; Ctrl-C (or SIGTERM) stops it with what finished kept."""
+    """The held-out table; Ctrl-C (or SIGTERM) stops it with what finished kept. `evaluators()` gives
+    the evaluators, called only if something is to be evaluated."""
     from controller.report import heldout_report
 
     _racing_summary(archive, run_id)
@@ -321,9 +322,11 @@ def _report_on(archive, run_dir: Path, args, unwritable: rundir.NotWritable | No
     domain = get_domain(config.domain, secrets=secrets)
     if unwritable is not None:
         _read_only_report(archive, run_id, domain, unwritable)
-    _connect(args.ray_address)
     hide = (str(run_dir.resolve()),)
-    evaluators = [new_evaluator(config, hide, secrets=secrets) for _ in range(evaluator_count(config))]
+
+    def evaluators():  # Ray and the evaluators only for a report with something to evaluate
+        _connect(args.ray_address)
+        return [new_evaluator(config, hide, secrets=secrets) for _ in range(evaluator_count(config))]
     return _guard_disk(run_dir, lambda: _report(archive, run_id, domain, evaluators, run_dir,
                                                 lambda: new_evaluator(config, hide, secrets=secrets)))
 

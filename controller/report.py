@@ -1,6 +1,7 @@
 """The held-out table: the evolved best against every baseline, on data the search never saw."""
 from __future__ import annotations
 
+import json
 import time
 
 import ray
@@ -11,16 +12,18 @@ from controller import faults
 from controller.actors import evaluator_count, new_evaluator
 from controller.memory import library_note
 from evaluators.secrets import replay_note
+from store.columns import to_json
 from store.records import Candidate, EvalResult, Status
 
 REPORT_RETRIES = 1  # a held-out job whose evaluator died is run once more on a fresh one
+REFERENCE_EVENT = "heldout-reference"  # the domain's held-out reference figures, as first measured for the run
 
 
 def _evaluate_all(actors, programs: dict[str, tuple[str, str]], console, new_actor,
-                  on_done=None) -> tuple[dict, dict, str]:
+                  on_done=None, reference: bool = True) -> tuple[dict, dict, str]:
     """Score `programs` (label -> (program_id, code)) on the held-out split and measure the domain's
-    reference figures; returns (label -> EvalResult in `programs` order, reference, and why the
-    reference figures are missing, or '').
+    reference figures (unless not `reference`); returns (label -> EvalResult in `programs` order,
+    reference, and why the reference figures are missing, or '').
 
     Each actor takes the next job as soon as it is free (held-out jobs differ by minutes);
     the reference figures go first, since they are often the longest job (SCIP's own rules).
@@ -30,10 +33,10 @@ def _evaluate_all(actors, programs: dict[str, tuple[str, str]], console, new_act
     ends as a result that says so, and the rest of the table stands.
     """
     start = time.monotonic()
-    console.print(f"[atoll] held-out: scoring {len(programs)} programs and measuring the domain's reference "
-                  f"figures on {len(actors)} evaluators" if programs else
-                  "[atoll] held-out: measuring the domain's reference figures")
-    pool = _Pool(actors, new_actor, programs)
+    figures = " and measuring the domain's reference figures" if reference else ""
+    console.print(f"[atoll] held-out: scoring {len(programs)} programs{figures} on {len(actors)} evaluators"
+                  if programs else "[atoll] held-out: measuring the domain's reference figures")
+    pool = _Pool(actors, new_actor, programs, reference)
     results, reference = {}, ({}, "")
     while pool.jobs or pool.running:
         label, outcome = pool.next_done()
@@ -55,9 +58,9 @@ class _Pool:
     """The report's evaluators, one job each at a time; what becomes of a lost one's job is
     decided by `controller.faults`, as in the search."""
 
-    def __init__(self, actors, new_actor, programs: dict):
+    def __init__(self, actors, new_actor, programs: dict, reference: bool = True):
         self.free, self.new_actor, self.programs = list(actors), new_actor, programs
-        self.jobs = [None, *programs]  # labels; None is the reference figures
+        self.jobs = [None, *programs] if reference else list(programs)  # labels; None is the reference figures
         self.running: dict = {}
         self.deaths = faults.Deaths(REPORT_RETRIES)
 
@@ -121,25 +124,68 @@ def heldout_report(archive, run_id: str, domain, evaluators, console, new_actor)
     """Score the best program and the baselines on the held-out split, store and print them.
 
     Held-out results already in the archive (an earlier report of this run, stopped
-    part-way or not) are reused, not re-evaluated. `new_actor()` replaces an evaluator that died.
+    part-way or not) are reused, not re-evaluated, and so are the domain's reference figures
+    as first measured for the run: a report with nothing to score calls `evaluators()` (which
+    starts them, and Ray) not at all. `new_actor()` replaces an evaluator that died.
     """
     programs, stored = heldout_programs(archive, run_id, domain)
     if stored:
         console.print(f"[atoll] held-out: {len(stored)} of {len(programs)} programs already scored, "
                       f"from the archive: {', '.join(stored)}")
     todo = {label: program for label, program in programs.items() if label not in stored}
-    scored, reference, reference_error = _evaluate_all(
-        evaluators, todo, console, new_actor,
-        on_done=lambda label, result: _store(archive, run_id, label, todo[label], result))
+    known = stored_reference(archive, run_id)
+    if known is not None:
+        console.print("[atoll] held-out: the domain's reference figures from the archive, as first measured for "
+                      "this run")
+    scored, reference, reference_error = (
+        _evaluate_all(evaluators(), todo, console, new_actor, reference=known is None,
+                      on_done=lambda label, result: _store(archive, run_id, label, todo[label], result))
+        if todo or known is None else ({}, {}, ""))
+    if known is None and not reference_error:
+        _store_reference(archive, run_id, reference)
     results = {**stored, **scored}
     results = {label: results[label] for label in programs}
-    reference = dict(reference, trials=search_trials(archive, run_id))
+    trials = search_trials(archive, run_id)
     run_config = (archive.get_run(run_id) or {}).get("config", {})
     replay_seed = run_config.get("run", {}).get("replay_seed")
-    columns, rows, notes = _table(domain, results, reference, reference_error, replay_seed)
+    try:
+        columns, rows, notes = _table(domain, results, dict(known or reference, trials=trials), reference_error,
+                                      replay_seed)
+    except Exception:  # figures stored by another version of the domain: measured again
+        if known is None:
+            raise
+        console.print("[atoll] held-out: the stored reference figures do not fit this version of the domain; "
+                      "measuring them again")
+        _, reference, reference_error = _evaluate_all(evaluators(), {}, console, new_actor)
+        if not reference_error:
+            _store_reference(archive, run_id, reference)
+        columns, rows, notes = _table(domain, results, dict(reference, trials=trials), reference_error, replay_seed)
     _print_table(console, f"held-out split ({domain.name})", columns, rows,
                  [*notes, library_note(archive, run_id)])
     return results
+
+
+def stored_reference(archive, run_id: str) -> dict | None:
+    """The domain's held-out reference figures stored for the run (the last stored), or None."""
+    row = archive.con.execute("SELECT data FROM events WHERE run_id = ? AND kind = ? ORDER BY ts DESC LIMIT 1",
+                              [run_id, REFERENCE_EVENT]).fetchone()
+    return json.loads(row[0])["figures"] if row else None
+
+
+def _json_keeps(value) -> bool:
+    try:
+        return bool(json.loads(to_json(value)) == value)
+    except (ValueError, TypeError):  # numpy arrays compare element-wise
+        return False
+
+
+def _store_reference(archive, run_id: str, reference: dict) -> None:
+    """Keep the reference figures for the run's later reports, where JSON holds them as they are (a
+    domain's figures that it would not give back the same, say a tuple or a NaN, are measured at each
+    report, as before), and where the archive may be written (a read-only copy's report writes nothing)."""
+    if archive.read_only or not _json_keeps(reference):
+        return
+    archive.write(run_id, events=[(REFERENCE_EVENT, {"figures": reference})])
 
 
 def heldout_programs(archive, run_id: str, domain) -> tuple[dict, dict]:

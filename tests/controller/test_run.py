@@ -11,6 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from store.query import QueryError, run_query
@@ -47,9 +48,27 @@ def test_run_then_best_status_and_query(atoll_cli, tmp_path):
     assert "seccomp" in run_query(run_dir, "SELECT protections FROM runs")[1][0][0]
     cols, rows, _ = run_query(run_dir, "SELECT count(*) FROM mutator_success")
     assert rows[0][0] >= 1
-    again = atoll_cli("report", str(run_dir))  # every held-out result is in the archive: nothing is re-scored
+    # every held-out result is in the archive, and so are the reference figures: nothing is measured
+    # again, and no Ray is started (none in the report's RAY_TMPDIR)
+    sessions = Path(tempfile.mkdtemp(prefix="atoll-t-"))
+    try:
+        again = run_cli(tmp_path, "report", run_dir, RAY_TMPDIR=str(sessions))
+        started_ray = (sessions / "ray").exists()
+    finally:
+        shutil.rmtree(sessions, ignore_errors=True)
+    assert again.returncode == 0, again.stderr[-3000:]
     assert "5 of 5 programs already scored" in again.stdout and "scoring" not in again.stdout
+    assert "reference figures from the archive" in again.stdout and "measuring" not in again.stdout
+    assert not started_ray
+    assert _heldout_table(again.stdout) == _heldout_table(out.stdout)
     assert "optimized base-stock" in again.stdout and "DP optimum" in again.stdout
+    # figures stored by another version of the domain, which its table cannot read: measured again
+    with duckdb.connect(str(run_dir / "archive.duckdb")) as con:
+        con.execute("UPDATE events SET data = '{\"figures\": {\"dp_optimum\": 5}}' "
+                    "WHERE kind = 'heldout-reference'")
+    remeasured = atoll_cli("report", str(run_dir))
+    assert "do not fit this version of the domain; measuring them again" in remeasured.stdout
+    assert _heldout_table(remeasured.stdout) == _heldout_table(out.stdout)
     assert_secrets_drawn_stored_and_used(run_dir)
 
 
@@ -75,6 +94,12 @@ def test_ctrl_c_during_the_report_keeps_the_search_and_the_report_command_finish
     assert "held-out split (inventory)" in done.stdout and "evolved best" in done.stdout
     assert _counts(run_dir) == (4, 4)
     assert rescored_exactly(run_dir) == 5  # the baselines, scored by the report's new process on the stored secrets
+
+
+def _heldout_table(stdout: str) -> list[str]:
+    """The held-out table's rows as printed."""
+    table = stdout.split("held-out split (inventory)", 1)[1]
+    return [line for line in table.splitlines() if line.startswith("│")]
 
 
 def _wait_for_evaluations(run_dir, n, proc, limit=180):
