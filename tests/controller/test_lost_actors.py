@@ -141,7 +141,7 @@ def test_the_report_turns_an_evaluator_killed_by_the_best_program_into_a_row(ray
     actors = [killing_evaluator(config, secrets=SECRETS) for _ in range(2)]
     made = []
     try:
-        results = heldout_report(archive, "r1", domain, actors, console,
+        results = heldout_report(archive, "r1", domain, lambda: actors, console,
                                  lambda: made.append(killing_evaluator(config, secrets=SECRETS)) or made[-1])
     finally:
         for actor in actors + made:
