@@ -133,12 +133,18 @@ def heldout_report(archive, run_id: str, domain, evaluators, console, new_actor)
         console.print(f"[atoll] held-out: {len(stored)} of {len(programs)} programs already scored, "
                       f"from the archive: {', '.join(stored)}")
     todo = {label: program for label, program in programs.items() if label not in stored}
+    actors: list = []
+
+    def started() -> list:  # the evaluators, started at the first need (at most once)
+        if not actors:
+            actors.extend(evaluators())
+        return actors
     known = stored_reference(archive, run_id)
     if known is not None:
         console.print("[atoll] held-out: the domain's reference figures from the archive, as first measured for "
                       "this run")
     scored, reference, reference_error = (
-        _evaluate_all(evaluators(), todo, console, new_actor, reference=known is None,
+        _evaluate_all(started(), todo, console, new_actor, reference=known is None,
                       on_done=lambda label, result: _store(archive, run_id, label, todo[label], result))
         if todo or known is None else ({}, {}, ""))
     if known is None and not reference_error:
@@ -156,7 +162,7 @@ def heldout_report(archive, run_id: str, domain, evaluators, console, new_actor)
             raise
         console.print("[atoll] held-out: the stored reference figures do not fit this version of the domain; "
                       "measuring them again")
-        _, reference, reference_error = _evaluate_all(evaluators(), {}, console, new_actor)
+        _, reference, reference_error = _evaluate_all(started(), {}, console, new_actor)
         if not reference_error:
             _store_reference(archive, run_id, reference)
         columns, rows, notes = _table(domain, results, dict(reference, trials=trials), reference_error, replay_seed)
