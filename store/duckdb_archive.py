@@ -27,10 +27,10 @@ import numpy as np
 
 from store import signals
 from store.arrow import pa
+from store.columns import strings
 from store.hash_index import HashSet
 from store.readonly import cut_short, is_damage_error
 from store.records import Candidate, EvalResult
-from store.columns import strings
 from store.writer import TableColumns, Writer, insert_arrow, to_json
 
 SCHEMA_DIR = Path(__file__).with_name("schema")
