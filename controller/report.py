@@ -135,36 +135,39 @@ def heldout_report(archive, run_id: str, domain, evaluators, console, new_actor)
     todo = {label: program for label, program in programs.items() if label not in stored}
     actors: list = []
 
-    def started() -> list:  # the evaluators, started at the first need (at most once)
+    def evaluated(jobs: dict, figures: bool) -> tuple[dict, dict, str]:
+        """`jobs` scored (each stored as it arrives) and, if `figures`, the reference figures measured
+        and kept, on the evaluators started at the first need (once)."""
         if not actors:
             actors.extend(evaluators())
-        return actors
+        scored, measured, error = _evaluate_all(
+            actors, jobs, console, new_actor, reference=figures,
+            on_done=lambda label, result: _store(archive, run_id, label, jobs[label], result))
+        if figures and not error:
+            _store_reference(archive, run_id, measured)
+        return scored, measured, error
+
     known = stored_reference(archive, run_id)
     if known is not None:
         console.print("[atoll] held-out: the domain's reference figures from the archive, as first measured for "
                       "this run")
-    scored, reference, reference_error = (
-        _evaluate_all(started(), todo, console, new_actor, reference=known is None,
-                      on_done=lambda label, result: _store(archive, run_id, label, todo[label], result))
-        if todo or known is None else ({}, {}, ""))
-    if known is None and not reference_error:
-        _store_reference(archive, run_id, reference)
+    scored, reference, reference_error = {}, known, ""
+    if todo or known is None:
+        scored, measured, reference_error = evaluated(todo, known is None)
+        reference = measured if known is None else known
     results = {**stored, **scored}
     results = {label: results[label] for label in programs}
     trials = search_trials(archive, run_id)
     run_config = (archive.get_run(run_id) or {}).get("config", {})
     replay_seed = run_config.get("run", {}).get("replay_seed")
     try:
-        columns, rows, notes = _table(domain, results, dict(known or reference, trials=trials), reference_error,
-                                      replay_seed)
+        columns, rows, notes = _table(domain, results, dict(reference, trials=trials), reference_error, replay_seed)
     except Exception:  # figures stored by another version of the domain: measured again
         if known is None:
             raise
         console.print("[atoll] held-out: the stored reference figures do not fit this version of the domain; "
                       "measuring them again")
-        _, reference, reference_error = _evaluate_all(started(), {}, console, new_actor)
-        if not reference_error:
-            _store_reference(archive, run_id, reference)
+        _, reference, reference_error = evaluated({}, True)
         columns, rows, notes = _table(domain, results, dict(reference, trials=trials), reference_error, replay_seed)
     _print_table(console, f"held-out split ({domain.name})", columns, rows,
                  [*notes, library_note(archive, run_id)])
