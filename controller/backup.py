@@ -9,6 +9,12 @@ temporary name, read whole, flushed to disk, then renamed, so the backup is a wh
 whenever the driver is killed, and a damaged archive never replaces the last good backup).
 `atoll resume DIR --from-backup` puts the backup in the archive's place, keeps the file it
 replaces, and the run goes on from the backup's last commit.
+
+A backup beside the archive is lost with its machine. With `controller.backup_dir` (a folder
+on another disk or machine, e.g. a network mount) each backup is also copied there as
+RUN_ID.duckdb, the same way, so a run outlives the loss of its machine: on another one,
+`atoll resume NEWDIR --from-backup BACKUP_DIR/RUN_ID.duckdb`. A file of that name that holds
+another run is never overwritten.
 """
 from __future__ import annotations
 
@@ -21,7 +27,7 @@ from pathlib import Path
 import duckdb
 
 from controller.cli import UserError
-from controller.rundir import ARCHIVE, BACKUP, in_use
+from controller.rundir import ARCHIVE, BACKUP, check_can_make, in_use
 from store.duckdb_archive import ArchiveDamaged, DuckDBArchive, copy_whole, flush_dir
 
 SEARCH_COUNT = "SELECT count(*) FROM evaluations WHERE split = 'search'"
@@ -30,10 +36,11 @@ SEARCH_COUNT = "SELECT count(*) FROM evaluations WHERE split = 'search'"
 class Backups:
     """When the loop backs the archive up, and the backing up itself."""
 
-    def __init__(self, every_s: float, archive, run_dir, notices: list, now: float):
+    def __init__(self, every_s: float, archive, run_dir, notices: list, now: float, away: Away | None = None):
         self.every_s, self.archive, self.path, self.notices = every_s, archive, Path(run_dir) / BACKUP, notices
         self.next_at = now + every_s if every_s else None
         self.failed = False
+        self.away = away
         # a copy a killed driver left unfinished (this driver holds the archive: no other is making one)
         self.path.with_name(self.path.name + ".tmp").unlink(missing_ok=True)
 
@@ -60,8 +67,10 @@ class Backups:
         if self.failed:
             self.failed = False
             self.notices.append(f"atoll: the archive's backup is written again ({self.path})")
-        return "archive-backed-up", {"bytes": size, "seconds": round(time.monotonic() - began, 3),
-                                     "search_evaluations": evaluations}
+        data = {"bytes": size, "seconds": round(time.monotonic() - began, 3), "search_evaluations": evaluations}
+        if self.away is not None:
+            data.update(self.away.copy(self.path, self.every_s, self.notices))
+        return "archive-backed-up", data
 
     def _failed(self, why: str, notice: str) -> tuple[str, dict]:
         if not self.failed:  # said once until a backup works again
@@ -79,6 +88,74 @@ class Backups:
         if free < need:
             raise OSError(errno.ENOSPC, f"{_mib(free)} free, and a copy needs about {_mib(need)} "
                                         f"({_mib(ROOM_LEFT)} of it left free for the run's own commits)")
+
+
+class Away:
+    """The copy of each backup in `controller.backup_dir`, as RUN_ID.duckdb: what survives the run's machine.
+
+    The run is told by its id and start time (`runs.started_at`), so a file of that name that
+    holds another run (another `try-231500` on another day) is left as it is, and said once.
+    """
+
+    def __init__(self, folder: str, run_id: str, started_at):
+        self.target = Path(folder).expanduser() / f"{run_id}.duckdb"
+        self.run_id, self.started_at = run_id, started_at
+        self.failed = False
+
+    def copy(self, backup: Path, every_s: float, notices: list) -> dict:
+        """Copy the fresh backup `backup` to the target; what the backup's event adds."""
+        began = time.monotonic()
+        try:
+            self._check_target()
+            size = backup.stat().st_size
+            free = shutil.disk_usage(self.target.parent).free
+            if free < size:
+                raise OSError(errno.ENOSPC, f"{_mib(free)} free, and the copy needs {_mib(size)}")
+            copy_whole(backup, self.target)
+        except (OSError, duckdb.Error, ArchiveDamaged) as exc:  # the run goes on; the last copy stays
+            why = getattr(exc, "strerror", None) or str(exc).strip().splitlines()[0]
+            if not self.failed:  # said once until a copy works again
+                self.failed = True
+                notices.append(f"atoll: the backup's copy in controller.backup_dir could not be written "
+                               f"({self.target}: {why}); the run goes on, and the last copy there stays; tries "
+                               f"again every {every_s:g} s (controller.backup_every_s)")
+            return {"away_error": why}
+        if self.failed:
+            self.failed = False
+            notices.append(f"atoll: the backup's copy in controller.backup_dir is written again ({self.target})")
+        return {"away": str(self.target), "away_seconds": round(time.monotonic() - began, 3)}
+
+    def _check_target(self) -> None:
+        """Raise OSError where the target is there and holds another run (or no archive)."""
+        if not self.target.exists():
+            return
+        try:
+            con = duckdb.connect(str(self.target), read_only=True)
+            try:
+                runs = con.execute("SELECT run_id, started_at FROM runs").fetchall()
+            finally:
+                con.close()
+        except duckdb.Error as exc:
+            raise OSError(errno.EEXIST, "the file there is not this run's archive, and is left as it is "
+                                        f"({str(exc).strip().splitlines()[0][:200]})") from None
+        if (self.run_id, self.started_at) not in runs:
+            raise OSError(errno.EEXIST, "the file there holds another run's archive, and is left as it is")
+
+
+def check_backup_dir(folder: str) -> None:
+    """A `controller.backup_dir` refused before a run starts or resumes: one line naming the key."""
+    if not folder:
+        return
+    path = Path(folder).expanduser()
+    fix = "; give another with --set controller.backup_dir=PATH (or '' for none)"
+    if not path.is_absolute():
+        raise UserError(f"controller.backup_dir: {folder} is relative; give an absolute path (or one under ~), "
+                        "the same from wherever a run or resume starts")
+    if not path.is_dir():
+        raise UserError(f"controller.backup_dir: {path} is not a folder here (it is not made for you: an unmounted "
+                        f"network disk would leave the copies on this machine){fix}")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UserError(f"controller.backup_dir: {path} is not writable by this user{fix}")
 
 
 ROOM_LEFT = 64 * 2**20  # what a backup leaves free on the run directory's disk
@@ -103,14 +180,22 @@ def offer(run_dir) -> str:
             f"atoll resume {run_dir} --from-backup")
 
 
-def restore(run_dir: Path) -> str:
-    """Put the run directory's backup in its archive's place, keeping the archive it replaces
-    under a name of its own; the line that says what was done. Nothing is moved unless the
-    backup reads whole and no live driver holds the archive."""
+def restore(run_dir: Path, source: Path | None = None) -> str:
+    """Put the run directory's backup (or the backup file `source`, e.g. a copy in
+    `controller.backup_dir` after the run's machine was lost) in its archive's place, keeping the
+    archive it replaces under a name of its own; the line that says what was done. Nothing is
+    moved unless the backup reads whole and no live driver holds the archive. A `source` may go
+    to a run directory that is not there yet: it is made."""
     from store.readonly import first_line, is_lock_error
 
-    backup, archive = run_dir / BACKUP, run_dir / ARCHIVE
-    if not backup.is_file():
+    backup, archive = source or run_dir / BACKUP, run_dir / ARCHIVE
+    if source is not None:
+        if not source.is_file():
+            raise UserError(f"--from-backup {source}: no such file")
+        if not run_dir.is_dir():
+            check_can_make(run_dir)
+            run_dir.mkdir(parents=True)
+    elif not backup.is_file():
         raise UserError(f"{run_dir} holds no backup ({BACKUP}): a run makes one every controller.backup_every_s "
                         "(1800 s by default) once it has run that long")
     if archive.exists():
@@ -128,7 +213,8 @@ def restore(run_dir: Path) -> str:
                 done = copy.con.execute(SEARCH_COUNT).fetchone()[0]
                 asked = copy.con.execute("SELECT count(*) FROM llm_calls").fetchone()[0]
         except (ArchiveDamaged, duckdb.Error) as exc:
-            raise UserError(f"{backup} cannot be read either: {first_line(exc)}; nothing was changed") from None
+            either = "" if source is not None else " either"
+            raise UserError(f"{backup} cannot be read{either}: {first_line(exc)}; nothing was changed") from None
         if archive.exists():
             kept = run_dir / f"archive.replaced-{time.strftime('%Y%m%d-%H%M%S')}.duckdb"
             os.replace(archive, kept)
@@ -140,5 +226,6 @@ def restore(run_dir: Path) -> str:
         staged.unlink(missing_ok=True)
     flush_dir(run_dir)
     after = ", and LLM calls made after it are not counted in the budget" if asked else ""  # a run that asks models
-    return (f"atoll: the archive is now its backup of {when(backup)} ({done} search evaluations committed then; what "
+    which = f"the backup {source}" if source is not None else "its backup"
+    return (f"atoll: the archive is now {which} of {when(backup)} ({done} search evaluations committed then; what "
             f"was committed after it is not in it{after})" + (f"; the archive it replaced is kept as {kept}" if kept else ""))

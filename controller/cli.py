@@ -95,10 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--ray-address", help="join this Ray cluster (default: RAY_ADDRESS, else start a local Ray)")
     sub.choices["resume"].add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                                        help="change a config value for the rest of the run (e.g. the LLM models)")
-    sub.choices["resume"].add_argument("--from-backup", action="store_true",
+    sub.choices["resume"].add_argument("--from-backup", nargs="?", const=True, metavar="FILE",
                                        help="first put the run directory's archive.backup.duckdb (made every "
                                             "controller.backup_every_s) in the archive's place, keeping the archive "
-                                            "it replaces: for an archive that is damaged or lost")
+                                            "it replaces: for an archive that is damaged or lost. With FILE, that "
+                                            "backup instead, e.g. the copy in controller.backup_dir of a run whose "
+                                            "machine was lost (RUN_DIR is made if it is not there)")
     for p in (run, sub.choices["resume"]):
         p.add_argument("--ray-address", help="join this Ray cluster (default: RAY_ADDRESS, else start a local Ray)")
         p.add_argument("--no-report", action="store_true", help="skip the held-out table at the end")
@@ -158,8 +160,9 @@ def _add_cluster_commands(sub) -> None:
                                                   "job's working directory)")
     submit.add_argument("--resume", metavar="RUN_DIR", help="submit `atoll resume RUN_DIR` instead (a run "
                                                             "directory on the driver's node)")
-    submit.add_argument("--from-backup", action="store_true", help="with --resume: resume from the run "
-                        "directory's archive.backup.duckdb, keeping the archive it replaces (atoll resume --help)")
+    submit.add_argument("--from-backup", nargs="?", const=True, metavar="FILE", help="with --resume: resume from "
+                        "the run directory's archive.backup.duckdb, or from FILE on the driver's node (absolute or "
+                        "under ~/), keeping the archive it replaces (atoll resume --help)")
     submit.add_argument("--address", help=address)
     submit.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override a config value (repeatable)")

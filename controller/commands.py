@@ -38,6 +38,7 @@ def cmd_run(args) -> int:
     protections = _sandbox_protections(config)
     _memory_checked(config)
     _models_checked(config)
+    _backup_dir_checked(config)
     if args.run_dir:
         rundir.check_free(Path(args.run_dir))
     rundir.check_can_make(Path(args.run_dir) if args.run_dir else root)
@@ -94,10 +95,11 @@ def cmd_resume(args) -> int:
     from store.live import LiveReads
 
     run_dir = Path(args.run_dir)
-    if getattr(args, "from_backup", False):
+    source = getattr(args, "from_backup", None)
+    if source:
         from controller.backup import restore
 
-        console.print(restore(run_dir), soft_wrap=True)
+        console.print(restore(run_dir, None if source is True else Path(source).expanduser()), soft_wrap=True)
     with rundir.open_archive(run_dir) as archive, LiveReads(archive, run_dir):
         run_id, run = _latest_run(archive, run_dir, "resume")
         args.continue_with = lambda: resume_command(run_dir)
@@ -106,6 +108,7 @@ def cmd_resume(args) -> int:
         changes = list(getattr(args, "set", None) or ())  # e.g. a resume that adds or drops an LLM model
         config, moved = resumed_config(run["config"], changes, done)
         _models_checked(config)
+        _backup_dir_checked(config)
         args.control = _control_setup(config)
         if changes:
             archive.con.execute("UPDATE runs SET config = ? WHERE run_id = ?",
@@ -122,6 +125,12 @@ def cmd_resume(args) -> int:
         console.print(f"atoll resuming {run_id}: {done}/{config.run.max_evals} evaluations done")
         _connect(args.ray_address)
         return _search(config, archive, run_id, run_dir, args)
+
+
+def _backup_dir_checked(config) -> None:
+    from controller.backup import check_backup_dir
+
+    check_backup_dir(config.controller.backup_dir)
 
 
 def _models_checked(config) -> None:

@@ -18,7 +18,7 @@ from ray.exceptions import RayActorError, RayTaskError
 
 from controller import faults
 from controller.actors import evaluator_count, new_evaluator, new_mutator
-from controller.backup import Backups
+from controller.backup import Away, Backups
 from controller.cluster import KIND, SPLIT, EvaluatorPool, Pending
 from controller.dedup import Dedup
 from controller.helm import Helm
@@ -201,8 +201,11 @@ class Search(EvaluatorPool, Outcomes, LostActors):
         progress = self.progress = Progress(self, self.config.run.max_evals, self.config.run.max_wall_s)
         cadence = Cadence(self.config.controller.commit_every_s, self.config.controller.snapshot_every_s,
                           time.monotonic())
+        away = None
+        if self.config.controller.backup_dir:
+            away = Away(self.config.controller.backup_dir, self.run_id, self.archive.get_run(self.run_id)["started_at"])
         backups = Backups(self.config.controller.backup_every_s, self.archive, self.run_dir, self.notices,
-                          time.monotonic())
+                          time.monotonic(), away)
         drain_until = None
         status = "completed"
         try:

@@ -9,6 +9,7 @@ import json
 import os
 import shlex
 import sys
+import time
 from pathlib import Path
 
 from rich.console import Console
@@ -45,6 +46,7 @@ def cmd_status(args) -> int:
         _status_llm(run_dir, rows[-1][0])
         if not is_damaged(note):
             _status_backup(run_dir)
+            _status_away(run_dir, rows[-1][0])
     if any(row[1] == STOPPED for row in rows):
         console.print("no driver holds this run: it stopped without ending (crash, kill or lost machine); "
                       f"everything committed is kept. Continue with: atoll resume {run_dir} (a run submitted as a "
@@ -72,6 +74,24 @@ def _status_backup(run_dir: Path) -> None:
         held = f", which does not open ({str(exc).strip().splitlines()[0][:200]})"
     console.print(f"backup: {backup}, of {when(backup)}{held} (if the archive is ever damaged: atoll resume "
                   f"{run_dir} --from-backup)", soft_wrap=True)
+
+
+def _status_away(run_dir: Path, run_id: str) -> None:
+    """The backup's last copy in controller.backup_dir (off this machine), and a copy that failed since."""
+    run = run_id.replace("'", "''")
+    _, rows, _ = query_run(run_dir, (
+        "SELECT ts, data->>'away', data->>'away_error', data->>'search_evaluations' FROM events "
+        f"WHERE run_id = '{run}' AND kind = 'archive-backed-up' "
+        "AND (data->>'away' IS NOT NULL OR data->>'away_error' IS NOT NULL) ORDER BY ts"))
+    made = [row for row in rows if row[1]]
+    failed = f"; the latest copy failed: {rows[-1][2]}" if rows and rows[-1][2] else ""
+    if made:
+        ts, target, _, evaluations = made[-1]
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+        console.print(f"backup's copy off this machine: {target}, of {stamp}, {evaluations} search evaluations (if "
+                      f"this machine is lost: atoll resume NEWDIR --from-backup {target}){failed}", soft_wrap=True)
+    elif failed:
+        console.print(f"backup's copy off this machine: none made yet{failed}", soft_wrap=True)
 
 
 def _status_llm(run_dir: Path, run_id: str) -> None:

@@ -230,6 +230,8 @@ def entrypoint(args, config, shipped_config: str | None) -> tuple[str, str]:
         words = ["python", "-m", "controller", "resume", shell_path(run_dir)]
         if args.from_backup:
             words.append("--from-backup")
+        if isinstance(args.from_backup, str):  # a backup file on the driver's node, e.g. in controller.backup_dir
+            words.append(shell_path(args.from_backup))
     else:
         run_dir = run_dir_for(config.run.name, args.storage_root or config.cluster.storage_root, args.run_dir)
         words = ["python", "-m", "controller", "run", shlex.quote(shipped_config), "--run-dir", shell_path(run_dir)]
@@ -335,6 +337,9 @@ def cmd_submit(args) -> int:
         raise UserError("submit: give a CONFIG to start a run, or --resume RUN_DIR to continue one (not both)")
     if args.from_backup and not args.resume:
         raise UserError("submit: --from-backup goes with --resume RUN_DIR (a new run has no backup)")
+    if isinstance(args.from_backup, str) and not args.from_backup.startswith(("/", "~/")):
+        raise UserError(f"--from-backup {args.from_backup}: give the backup's absolute path on the driver's node "
+                        "(or one under ~/), never a relative one: the job runs in a copy of the project")
     args.set = list(args.set) + ([f"run.max_evals={args.max_evals}"] if args.max_evals is not None else [])
     keys = [(item, parse_override(item)[0]) for item in args.set]  # a bad --set stops here too
     domain = [item for item, key in keys if key[0] == "domain" and not repoints_data(key)]  # the job checks those

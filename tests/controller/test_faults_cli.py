@@ -325,6 +325,44 @@ def test_a_damaged_archive_is_resumed_from_its_backup_which_keeps_the_damaged_fi
         f"(archive.backup.duckdb): atoll resume {lost} --from-backup")
 
 
+def test_a_run_whose_machine_is_lost_resumes_elsewhere_from_its_copy_in_backup_dir(tmp_path):
+    """controller.backup_dir (another disk or machine) gets a copy of each backup as RUN_ID.duckdb; with
+    the run directory gone whole, `resume NEWDIR --from-backup FILE` makes NEWDIR and finishes the budget."""
+    away, run_dir, budget = tmp_path / "mnt" / "atoll-backups", tmp_path / "machine" / "run", 8
+    for folder, why in (("mnt/atoll-backups", "is relative"), (str(away), "is not a folder here")):
+        refused = atoll(tmp_path, "run", CONFIG, "--run-dir", run_dir, *TINY, "--set", f"controller.backup_dir={folder}")
+        assert refused.returncode == 2 and why in _one_line(refused.stderr), refused.stderr
+        assert not run_dir.exists()  # refused before the run exists
+    away.mkdir(parents=True)
+    out = atoll(tmp_path, "run", CONFIG, "--run-dir", run_dir, "--max-evals", budget, "--no-report", *TINY,
+                "--set", "controller.backup_every_s=0.3", "--set", f"controller.backup_dir={away}")
+    assert out.returncode == 0, out.stderr
+    copies = list(away.iterdir())
+    assert len(copies) == 1 and copies[0].name.startswith("run-") and copies[0].suffix == ".duckdb", copies
+    copy = copies[0]
+    saved = committed_ids(away, copy.name)
+    assert saved and saved <= committed_ids(run_dir)
+    shown = atoll(tmp_path, "status", run_dir).stdout
+    assert f"backup's copy off this machine: {copy}, of " in shown, shown
+    assert f"(if this machine is lost: atoll resume NEWDIR --from-backup {copy})" in shown, shown
+    shutil.rmtree(tmp_path / "machine")  # the machine is lost, and its disk with it
+    elsewhere = tmp_path / "elsewhere" / "run"
+    done = atoll(tmp_path, "resume", elsewhere, "--from-backup", copy, "--no-report", "--set",
+                 f"run.max_evals={budget + 4}")
+    assert done.returncode == 0, done.stderr
+    assert f"atoll: the archive is now the backup {copy} of " in done.stdout, done.stdout
+    assert f"({len(saved)} search evaluations committed then;" in done.stdout
+    assert saved <= committed_ids(elsewhere) and counts(elsewhere) == (budget + 4, budget + 4)
+    # the resumed run goes on copying to the same file (same run: its id and start are the archive's)
+    assert saved <= committed_ids(away, copy.name) <= committed_ids(elsewhere)
+    _, rows, _ = run_query(elsewhere, "SELECT data->>'away', data->>'away_error' FROM events "
+                                      "WHERE kind = 'archive-backed-up'")
+    assert rows and set(rows) == {(str(copy), None)}, rows
+    missing = atoll(tmp_path, "resume", tmp_path / "other", "--from-backup", away / "nothing.duckdb")
+    assert missing.returncode == 2 and "no such file" in _one_line(missing.stderr), missing.stderr
+    assert not (tmp_path / "other").exists()
+
+
 def _disk_error(path) -> None:
     """80 KB of noise from 200 KB on, as `dd if=/dev/urandom of=PATH bs=1k seek=200 count=80 conv=notrunc`."""
     assert path.stat().st_size > 280 * 1024

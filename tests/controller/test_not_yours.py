@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from controller import rundir
+from controller.backup import check_backup_dir
 from controller.cli import UserError
 from store.duckdb_archive import DuckDBArchive
 from tests.conftest import ROOT
@@ -38,6 +39,9 @@ def test_a_run_one_may_read_but_not_write_is_read_and_refused_for_writing_in_one
             assert archive is not None
         with pytest.raises(UserError, match=r"cannot create the run directory .*run/new: Permission denied"):
             rundir.check_can_make(run_dir / "new")  # `atoll run --run-dir` there, refused before Ray starts
+        with pytest.raises(UserError, match=r"^controller.backup_dir: .*/run is not writable by this user; give "
+                                            r"another with --set controller.backup_dir=PATH \(or '' for none\)$"):
+            check_backup_dir(str(run_dir))  # a folder for the backups' copies, also before Ray starts
     finally:
         run_dir.chmod(0o755)
 

@@ -213,6 +213,14 @@ def test_a_resume_from_the_backup_is_what_the_job_runs_and_a_new_run_has_none(tm
     args = build_parser().parse_args(["submit", "--resume", "/runs/r 1", "--from-backup", "--no-report"])
     command, run_dir = entrypoint(args, None, None)
     assert command == "python -m controller resume '/runs/r 1' --from-backup --no-report" and run_dir == "/runs/r 1"
+    # a lost head node's run: its copy in controller.backup_dir, read on the new driver's node
+    args = build_parser().parse_args(["submit", "--resume", "~/runs/r", "--from-backup", "~/nfs/b/r 1.duckdb"])
+    command, _ = entrypoint(args, None, None)
+    assert command == "python -m controller resume ~/runs/r --from-backup ~/'nfs/b/r 1.duckdb'"
+    out = atoll(tmp_path, "submit", "--resume", "/runs/r", "--from-backup", "b/r.duckdb", "--address",
+                "http://127.0.0.1:9", timeout=60)
+    assert out.returncode == 2 and out.stderr.strip().count("\n") == 0, out.stderr
+    assert "--from-backup b/r.duckdb: give the backup's absolute path on the driver's node" in out.stderr
     out = atoll(tmp_path, "submit", CONFIG, "--from-backup", "--address", "http://127.0.0.1:9", timeout=60)
     assert out.returncode == 2 and out.stderr.strip().count("\n") == 0, out.stderr
     assert "submit: --from-backup goes with --resume RUN_DIR (a new run has no backup)" in out.stderr

@@ -10,7 +10,7 @@ import time
 import duckdb
 import pytest
 
-from controller.backup import Backups
+from controller.backup import Away, Backups
 from store.duckdb_archive import ArchiveDamaged, DuckDBArchive, migrations
 from store.records import Candidate, EvalResult, Status
 
@@ -337,6 +337,44 @@ def test_a_backup_flushes_its_file_then_the_rename_into_place(archive, tmp_path,
     assert flushed[-3:] == [str(target) + ".tmp", ("rename", str(target)), str(target.parent)], flushed
     with DuckDBArchive(target, read_only=True) as copy:
         assert copy.con.execute("SELECT count(*) FROM programs").fetchone() == (3,)
+
+
+def test_the_backups_copy_in_backup_dir_never_overwrites_another_runs_file(tmp_path):
+    """controller.backup_dir gets each backup as RUN_ID.duckdb. A file of that name from another run
+    (same id, another start) or no archive at all is left as it is, said once; this run's own copy is
+    replaced by each newer backup."""
+    away, run_dir = tmp_path / "away", tmp_path / "run"
+    away.mkdir()
+    run_dir.mkdir()
+    with DuckDBArchive(tmp_path / "other.duckdb") as other:  # a run of the same id, started another day
+        other.create_run("try-231500", {})
+    with DuckDBArchive(run_dir / "archive.duckdb") as archive:
+        archive.create_run("try-231500", {})
+        archive.record([(cand(f"a{i}"), ok(f"a{i}", -1.0)) for i in range(3)])
+        started = archive.get_run("try-231500")["started_at"]
+        notices: list[str] = []
+        backups = Backups(60.0, archive, run_dir, notices, now=0.0, away=Away(str(away), "try-231500", started))
+        target = away / "try-231500.duckdb"
+        for foreign in (tmp_path / "other.duckdb", None):
+            if foreign is None:
+                target.write_bytes(b"not an archive")
+            else:
+                shutil.copyfile(foreign, target)
+            kept = target.read_bytes()
+            for _ in range(2):
+                kind, data = backups.make(3)
+                assert kind == "archive-backed-up" and "away" not in data and target.read_bytes() == kept
+            assert "is left as it is" in data["away_error"], data
+            assert len(notices) == 1 and "could not be written" in notices[0] and str(target) in notices[0], notices
+            notices.clear()
+            backups.away.failed = False
+        target.unlink()
+        kind, data = backups.make(3)
+        assert data["away"] == str(target) and _search_ids(target) == {"a0", "a1", "a2"}
+        archive.record([(cand("b"), ok("b", -2.0))])
+        kind, data = backups.make(4)  # its own copy is replaced by the newer backup
+        assert data["away"] == str(target) and _search_ids(target) == {"a0", "a1", "a2", "b"} and not notices
+        assert not list(away.glob("*.tmp"))
 
 
 def test_a_backup_holds_what_was_committed_while_a_live_read_is_open_and_a_full_disk_keeps_the_last(tmp_path):
