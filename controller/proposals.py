@@ -32,6 +32,7 @@ INVALID_KINDS = ("unparseable", "did_not_apply", "invalid_program")
 # Calls of one model failed in a row (each after its retries) before the run says so on stderr and
 # pauses the model: 1 s, then twice as long after each further failure, up to LLM_PAUSE_MAX_S
 LLM_FAILING, LLM_PAUSE_MAX_S = 5, 60.0
+LLM_CUT = 3  # replies in a row cut off at max_tokens before the run says so
 # Programs whose prompt feedback, and parents whose recent failures, the driver keeps in memory
 # (the most recently used): a week-long run evaluates millions, and each one's feedback is a few KB.
 # An older program's feedback is made again from the archive when it is drawn; an older parent's
@@ -87,6 +88,7 @@ class Proposals:
         self.events: list = []
         self.notices: list[str] = []  # said on stderr by the run's progress (the search's `notices`)
         self.failing: dict[str, int] = {}  # model -> its calls failed in a row
+        self.cut: dict[str, int] = {}  # model -> its edit replies cut off at max_tokens in a row (-1: said)
         self.paused_until: dict[str, float] = {}  # model -> monotonic time before which it gets no call
         self.failures = Recent(FAILURES_KEPT, lambda: deque(maxlen=self._shown_failures()))
         if self.llm is not None:
@@ -219,6 +221,7 @@ class Proposals:
         actions: list[tuple] = []
         if status == OK or status in INVALID_KINDS:
             self._answered(job.model)
+            self._maybe_cut(job.model, outcome.cut)
         else:
             self._failed(job.model, outcome.reason)
         if status == OK:
@@ -252,6 +255,22 @@ class Proposals:
             f"retries ({reason}). The run asks it again after a pause that doubles with each further failure "
             f"(up to {LLM_PAUSE_MAX_S:.0f} s) and says when it answers; check the endpoint, or `atoll stop` "
             "(everything finished is kept).")
+
+    def _maybe_cut(self, model: str, cut: bool) -> None:
+        """At LLM_CUT replies of `model` in a row cut off at max_tokens, say once what to change: a
+        reasoning model's thinking can take every token, and each such reply gives no child."""
+        if self.cut.get(model) == -1:
+            return
+        n = self.cut[model] = self.cut.get(model, 0) + 1 if cut else 0
+        if n < LLM_CUT:
+            return
+        self.cut[model] = -1
+        max_tokens = self.llm.model(model).max_tokens
+        self.events.append(("llm-replies-cut", {"model": model, "replies_in_a_row": n, "max_tokens": max_tokens}))
+        self.notices.append(
+            f"atoll: the last {n} replies of model '{model}' were cut off at its max_tokens ({max_tokens}), "
+            "most before they held a whole edit (a reasoning model spends tokens thinking first). Give it more: "
+            f"atoll stop, then atoll resume DIR --set mutator.llm.models.{model}.max_tokens={min(max_tokens * 4, 32768)}.")
 
     def _answered(self, model: str) -> None:
         n = self.failing.pop(model, 0)

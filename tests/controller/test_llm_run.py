@@ -10,7 +10,7 @@ from pathlib import Path
 
 from store.query import run_query
 from tests.tiny import llm_config
-from tests.workers.scripted_llm import ScriptedLLM, hang, parent_code, reply, slow, stall, status
+from tests.workers.scripted_llm import ScriptedLLM, cut, hang, parent_code, reasoned, reply, slow, stall, status
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "sk-test-DO-NOT-STORE-4711"
@@ -137,6 +137,39 @@ def test_a_model_whose_calls_keep_failing_is_named_on_stderr_and_so_is_its_retur
     kinds = dict(_rows(run_dir, "SELECT kind, count(*) FROM events WHERE kind LIKE 'llm-%' GROUP BY 1"))
     assert kinds.get("llm-failing") == 1 and kinds.get("llm-answers-again") == 1, kinds
     assert len(server.requests) <= 86  # paused while failing: no call beyond the script's steps
+
+
+def test_a_reasoning_models_drafts_are_left_out_and_replies_cut_at_max_tokens_are_named_once(tmp_path):
+    """A reasoning model drafts before its answer (`<think>`...`</think>`, or only the end when the chat
+    template opened the section) and may spend every token thinking: drafts are never applied, a cut
+    reply is unparseable with that reason, and 3 in a row are said once, with the setting to raise."""
+    run_dir = tmp_path / "run"
+    names = itertools.count()
+
+    def another(prompt):  # a new program every time, so none is a duplicate
+        return "```python\n" + parent_code(prompt) + f"\n\ndef _unused_{next(names)}(x):\n    return x\n```"
+
+    draft = "<<<<<<< SEARCH\n    return level_that_is_not_there\n=======\n    return 0\n>>>>>>> REPLACE"
+    thinking = reply(lambda p: f"<think>\nA first try:\n{draft}\nNo, not that line.\n</think>\n\n{another(p)}")
+    opened = reply(lambda p: f"A helper will do.\n{draft}\n</think>\n{another(p)}")
+    script = [cut("<think>\nThe level is too low, so"), cut("<think>\nMaybe"),
+              reasoned("Thinking about the level. " * 20, "", finish="length")] + [thinking, opened] * 40
+    with ScriptedLLM(script) as server:
+        out = _atoll(tmp_path, "run", str(_config(tmp_path, server.url, embedded=0.0, in_flight=1, timeout_s=10)),
+                     "--run-dir", str(run_dir), "--no-report")
+    assert out.returncode == 0 and "search completed: 24 evaluations" in out.stdout, out.stdout + out.stderr
+    said = [line for line in out.stderr.splitlines() if "were cut off at its max_tokens" in line]
+    assert said == [("atoll: the last 3 replies of model 'scripted' were cut off at its max_tokens (512), most before "
+                     "they held a whole edit (a reasoning model spends tokens thinking first). Give it more: atoll "
+                     "stop, then atoll resume DIR --set mutator.llm.models.scripted.max_tokens=2048.")], out.stderr
+    assert _rows(run_dir, "SELECT count(*) FROM events WHERE kind = 'llm-replies-cut'")[0][0] == 1
+    errors = sorted(e for (e,) in _rows(run_dir, "SELECT error FROM llm_calls WHERE status = 'unparseable'"))
+    cut_off = " (the reply was cut off at max_tokens = 512)"
+    assert errors == sorted(["the reply ended inside its <think> section, before any answer" + cut_off] * 2 + [
+        "the reply has no SEARCH/REPLACE block and no program defining policy() in a ```python block" + cut_off])
+    statuses = dict(_rows(run_dir, "SELECT status, count(*) FROM llm_calls WHERE kind = 'edit' GROUP BY 1"))
+    # the seed, 3 INVALID and 20 children: no draft was ever applied (it would not apply: did_not_apply)
+    assert statuses == {"unparseable": 3, "ok": 20}, statuses
 
 
 def test_an_endpoint_that_never_answers_is_paused_not_hammered(tmp_path):

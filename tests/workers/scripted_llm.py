@@ -19,10 +19,22 @@ class Step:
     kind: str  # "reply", "status", "hang", "stall", "slow", "no_usage"
     value: object = None  # reply text or callable(prompt) -> text; HTTP status; seconds
     delay: float = 0.0
+    finish: str = "stop"  # the choice's finish_reason ("length": cut off at max_tokens)
+    reasoning: str | None = None  # sent apart as `reasoning_content`, as vLLM's reasoning parsers do
 
 
 def reply(text) -> Step:
     return Step("reply", text)
+
+
+def cut(text) -> Step:
+    """A reply that stopped at max_tokens."""
+    return Step("reply", text, finish="length")
+
+
+def reasoned(reasoning: str, text, finish: str = "stop") -> Step:
+    """A reasoning model's reply as a server with a reasoning parser sends it: the thinking apart."""
+    return Step("reply", text, finish=finish, reasoning=reasoning)
 
 
 def status(code: int) -> Step:
@@ -81,9 +93,11 @@ class ScriptedLLM:
                 if step.kind == "slow":
                     outer._stop.wait(step.delay)
                 text = step.value(prompt) if callable(step.value) else step.value
+                message = {"role": "assistant", "content": text or None}
+                if step.reasoning is not None:
+                    message["reasoning_content"] = step.reasoning
                 payload = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                           "choices": [{"index": 0, "finish_reason": "stop",
-                                        "message": {"role": "assistant", "content": text}}]}
+                           "choices": [{"index": 0, "finish_reason": step.finish, "message": message}]}
                 if step.kind != "no_usage":
                     payload["usage"] = {"prompt_tokens": len(prompt) // 4, "completion_tokens": len(text) // 4,
                                         "total_tokens": len(prompt) // 4 + len(text) // 4}

@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from tests.workers.scripted_llm import ScriptedLLM, Step, hang, reply, slow, status
+from tests.workers.scripted_llm import ScriptedLLM, Step, cut, hang, reasoned, reply, slow, status
 from workers.llm.client import ChatClient, api_key
 
 MESSAGES = [{"role": "user", "content": "hello there"}]
@@ -32,6 +32,16 @@ def test_each_behaviour_ends_in_the_right_status_or_retry(script, want, attempts
         assert time.monotonic() - start < 10  # a hang ends at the timeout, retries included
     if want == "ok":
         assert result.text and result.tokens_in > 0 and result.latency_s > 0
+
+
+def test_a_reply_cut_at_max_tokens_and_reasoning_sent_apart_are_told():
+    with ScriptedLLM([cut("<<<<<<< SEARCH\n    return"), reasoned("Let me see. " * 50, "", finish="length"),
+                      reasoned("Short.", "the answer"), reply("plain")]) as server:
+        client = _client(server.url)
+        results = [client.chat(MESSAGES) for _ in range(4)]
+    assert [(r.status, r.cut, r.reasoning_chars) for r in results] == [
+        ("ok", True, 0), ("ok", True, 600), ("ok", False, 6), ("ok", False, 0)]
+    assert [r.text for r in results] == ["<<<<<<< SEARCH\n    return", "", "the answer", "plain"]
 
 
 def test_missing_usage_is_estimated_and_flagged():

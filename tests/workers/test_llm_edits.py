@@ -56,6 +56,28 @@ def test_full_rewrites_are_accepted(reply):
     assert kind == "rewrite" and child.strip() == WANT.strip()
 
 
+DRAFT = "<<<<<<< SEARCH\n    return level\n=======\n    return 0\n>>>>>>> REPLACE"  # would not apply
+
+
+@pytest.mark.parametrize("reply, want_kind", [
+    ("<think>\nFirst try:\n" + DRAFT + "\nNo, that line is not there.\n</think>\n\n" + DIFF, "diff"),
+    ("<think>A draft:\n```python\n" + PARENT + "```\nBetter to cap it.</think>\n```python\n" + WANT + "```", "rewrite"),
+    # the chat template opened the section in the prompt: only its end is in the reply
+    ("Capping the order helps with lost sales.\n```python\ndef policy(s, p):\n    pass\n```\n</think>\n" + DIFF, "diff"),
+    ("<THINK>x</THINK>" + DIFF, "diff"),
+])
+def test_a_reasoning_models_drafts_before_its_answer_are_left_out(reply, want_kind):
+    child, kind = child_from_reply(reply, PARENT, "policy")
+    assert kind == want_kind and child.strip() == WANT.strip()
+
+
+def test_a_reply_that_never_leaves_its_reasoning_is_unparseable_with_that_reason():
+    with pytest.raises(EditError) as caught:
+        child_from_reply("<think>\nThe level is too low. " + DRAFT, PARENT, "policy")
+    assert caught.value.status == UNPARSEABLE
+    assert caught.value.reason == "the reply ended inside its <think> section, before any answer"
+
+
 @pytest.mark.parametrize("reply, status, reason", [
     ("I would raise the level a little to cut lost sales.", UNPARSEABLE, "no SEARCH/REPLACE block"),
     ("```python\nprint('hello')\n```", UNPARSEABLE, "no SEARCH/REPLACE block"),

@@ -36,6 +36,8 @@ class ChatResult:
     attempts: int = 1
     error: str = ""
     estimated_tokens: bool = False  # the server sent no usage: counted as characters / 4
+    cut: bool = False  # the reply stopped at max_tokens (finish_reason "length")
+    reasoning_chars: int = 0  # reasoning the server sent apart from the answer (vLLM's reasoning parsers)
 
 
 def api_key(env: str | None, file: Path | None) -> str:
@@ -111,12 +113,18 @@ class ChatClient:
         text = (message.get("content") or "") if message else ""
         if not isinstance(text, str):
             raise TypeError(f"the reply's content is {type(text).__name__}, not text")
+        # a server that parses a reasoning model's thinking sends it apart (`reasoning_content`, or
+        # `reasoning`); only its size is kept, to say why an answer is empty
+        reasoning = (message.get("reasoning_content") or message.get("reasoning")) if message else None
+        extra = {"cut": choices[0].get("finish_reason") == "length" if choices else False,
+                 "reasoning_chars": len(reasoning) if isinstance(reasoning, str) else 0}
         usage = reply.get("usage") or {}
         if usage.get("prompt_tokens") is not None:
             return ChatResult(OK, text, int(usage["prompt_tokens"]), int(usage.get("completion_tokens") or 0),
-                              latency, attempts)
+                              latency, attempts, **extra)
         prompt_chars = sum(len(m.get("content", "")) for m in messages)
-        return ChatResult(OK, text, prompt_chars // 4, len(text) // 4, latency, attempts, estimated_tokens=True)
+        return ChatResult(OK, text, prompt_chars // 4, (len(text) + extra["reasoning_chars"]) // 4, latency, attempts,
+                          estimated_tokens=True, **extra)
 
     def close(self) -> None:
         self._pool.clear()

@@ -42,10 +42,28 @@ class Edit:
     code: str = ""
 
 
+_THINK, _THINK_END = re.compile(r"<think>", re.I), re.compile(r"</think>", re.I)
+
+
+def answer_of(reply: str) -> str | None:
+    """The reply without its reasoning: what follows its last `</think>` (a reasoning model drafts
+    code before it, and some chat templates open the section in the prompt, so only its end is in
+    the reply); the whole reply when it has none. None when a `<think>` opens and never closes:
+    the reply is all reasoning (usually cut off at max_tokens)."""
+    ends = list(_THINK_END.finditer(reply))
+    if ends:
+        return reply[ends[-1].end():]
+    return None if _THINK.search(reply) else reply
+
+
 def parse_reply(reply: str, entry_point: str) -> Edit:
-    """The edit a reply holds: blocks if it has a SEARCH marker, else a program that defines
-    `entry_point` (fenced or bare). Raises EditError(UNPARSEABLE) when it holds neither."""
-    text = reply.replace("\r\n", "\n")
+    """The edit a reply's answer holds (`answer_of`): blocks if it has a SEARCH marker, else a
+    program that defines `entry_point` (fenced or bare). Raises EditError(UNPARSEABLE) when it
+    holds neither."""
+    answer = answer_of(reply)
+    if answer is None:
+        raise EditError(UNPARSEABLE, "the reply ended inside its <think> section, before any answer")
+    text = answer.replace("\r\n", "\n")
     if _SEARCH.search(text):
         return Edit("diff", blocks=_blocks(text))
     for lang, body in _FENCE.findall(text):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from workers.llm.client import OK, ChatClient, ChatResult
-from workers.llm.edits import INVALID_PROGRAM, EditError, apply_edit, check_child, parse_reply
+from workers.llm.edits import INVALID_PROGRAM, EditError, answer_of, apply_edit, check_child, parse_reply
 from workers.llm.prompts import Prompt, PromptInput, diagnosis_prompt, edit_prompt, part_id
 
 PREFIX = "llm:"
@@ -61,6 +61,7 @@ class LLMOutcome:
     reason: str = ""
     diagnosis: str = ""
     form: str = ""  # the child's normal form (`workers.normal_form`) when it is OK: the driver's dedup uses it
+    cut: bool = False  # the edit call's reply stopped at max_tokens
 
     @property
     def operator(self) -> str:
@@ -75,7 +76,7 @@ class LLMWorker:
         model_id = getattr(cfg, "model", None) or cfg.name
         self.client = ChatClient(base_url, model_id, key, cfg.timeout_s, cfg.max_retries, cfg.max_tokens,
                                  cfg.temperature)
-        self.diagnose, self.max_reply_chars = cfg.diagnose, max_reply_chars
+        self.diagnose, self.max_reply_chars, self.max_tokens = cfg.diagnose, max_reply_chars, cfg.max_tokens
 
     def propose(self, job: LLMJob) -> LLMOutcome:
         calls, diagnosis = [], ""
@@ -83,28 +84,38 @@ class LLMWorker:
             prompt = diagnosis_prompt(job.prompt)
             result = self.client.chat(list(prompt.messages), seed=job.seed)
             calls.append(self._record(job.call_ids[0], "diagnosis", prompt, result, result.status, result.error))
-            diagnosis = result.text.strip()[:1500] if result.status == OK else ""
+            diagnosis = (answer_of(result.text) or "").strip()[:1500] if result.status == OK else ""
         prompt = edit_prompt(job.prompt, diagnosis)
         result = self.client.chat(list(prompt.messages), seed=job.seed + 1)
         if result.status != OK:
             calls.append(self._record(job.call_ids[1], "edit", prompt, result, result.status, result.error))
             return LLMOutcome(job, tuple(calls), result.status, reason=result.error, diagnosis=diagnosis)
         code, kind, form, error = _child(result.text, job.prompt)
-        status = error.status if error else OK
-        calls.append(self._record(job.call_ids[1], "edit", prompt, result, status, error.reason if error else ""))
-        return LLMOutcome(job, tuple(calls), status, code=code, edit_kind=kind,
-                          reason=error.reason if error else "", diagnosis=diagnosis, form=form)
+        status, reason = (error.status, error.reason + self._why(result)) if error else (OK, "")
+        calls.append(self._record(job.call_ids[1], "edit", prompt, result, status, reason))
+        return LLMOutcome(job, tuple(calls), status, code=code, edit_kind=kind, reason=reason, diagnosis=diagnosis,
+                          form=form, cut=result.cut)
+
+    def _why(self, result: ChatResult) -> str:
+        """What a failed reply's reason adds when the reply was cut off, or held only reasoning."""
+        if result.cut:
+            return f" (the reply was cut off at max_tokens = {self.max_tokens})"
+        if not result.text.strip() and result.reasoning_chars:
+            return f" (the reply held only reasoning, {result.reasoning_chars} characters, and no answer)"
+        return ""
 
     def complete(self, call_id: str, text: str, kind: str = "variant") -> CallRecord:
         """One plain call with `text` as the user message (e.g. rewriting a prompt variant); the
-        reply is only text for the caller to parse, never code to apply."""
+        reply's answer (`answer_of`: its reasoning left out, '' when it never got past it) is only
+        text for the caller to parse, never code to apply."""
         prompt = Prompt(((kind, text),), ({"role": "user", "content": text},))
         result = self.client.chat(list(prompt.messages))
-        return self._record(call_id, kind, prompt, result, result.status, result.error)
+        return self._record(call_id, kind, prompt, result, result.status, result.error,
+                            answer_of(result.text) or "")
 
     def _record(self, call_id: str, kind: str, prompt: Prompt, result: ChatResult, status: str,
-                error: str = "") -> CallRecord:
-        text = result.text
+                error: str = "", text: str | None = None) -> CallRecord:
+        text = result.text if text is None else text
         return CallRecord(call_id, kind, status, tuple((part_id(t), t) for _, t in prompt.parts),
                           text[:self.max_reply_chars], len(text) > self.max_reply_chars,
                           result.tokens_in, result.tokens_out, result.latency_s, result.attempts, error,
