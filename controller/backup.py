@@ -197,7 +197,8 @@ def restore(run_dir: Path, source: Path | None = None) -> str:
             run_dir.mkdir(parents=True)
     elif not backup.is_file():
         raise UserError(f"{run_dir} holds no backup ({BACKUP}): a run makes one every controller.backup_every_s "
-                        "(1800 s by default) once it has run that long")
+                        "(1800 s by default) once it has run that long; a backup kept elsewhere (its copy in "
+                        "controller.backup_dir) is given as --from-backup FILE")
     if archive.exists():
         try:  # a live driver's lock comes before any read of the file, damaged or not
             duckdb.connect(str(archive), read_only=True).close()
