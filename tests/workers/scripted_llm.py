@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 @dataclass(frozen=True)
 class Step:
-    kind: str  # "reply", "status", "hang", "stall", "slow", "no_usage"
+    kind: str  # "reply", "status", "hang", "stall", "slow", "no_usage", "strict"
     value: object = None  # reply text or callable(prompt) -> text; HTTP status; seconds
     delay: float = 0.0
     finish: str = "stop"  # the choice's finish_reason ("length": cut off at max_tokens)
@@ -35,6 +35,12 @@ def cut(text) -> Step:
 def reasoned(reasoning: str, text, finish: str = "stop") -> Step:
     """A reasoning model's reply as a server with a reasoning parser sends it: the thinking apart."""
     return Step("reply", text, finish=finish, reasoning=reasoning)
+
+
+def strict(text) -> Step:
+    """A reply only to a request as OpenAI's reasoning models take it: `max_completion_tokens`, not
+    `max_tokens`, and no temperature but the default (each refused with their HTTP 400 otherwise)."""
+    return Step("strict", text)
 
 
 def status(code: int) -> Step:
@@ -84,6 +90,14 @@ class ScriptedLLM:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 step = outer._next(body)
                 prompt = "".join(m["content"] for m in body["messages"])
+                if step.kind == "strict" and ("max_tokens" in body or body.get("temperature", 1) != 1):
+                    message = ("Unsupported parameter: 'max_tokens' is not supported with this model. Use "
+                               "'max_completion_tokens' instead." if "max_tokens" in body else
+                               f"Unsupported value: 'temperature' does not support {body['temperature']} with this "
+                               "model. Only the default (1) value is supported.")
+                    with outer._lock:  # the step is not used up: the next request takes it again
+                        outer.count -= 1
+                    return self._send(400, {"error": {"message": message, "type": "invalid_request_error"}})
                 if step.kind == "status":
                     return self._send(step.value, {"error": {"message": f"scripted {step.value}"}},
                                       {"retry-after-ms": "5"})

@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from tests.workers.scripted_llm import ScriptedLLM, Step, cut, hang, reasoned, reply, slow, status
+from tests.workers.scripted_llm import ScriptedLLM, Step, cut, hang, reasoned, reply, slow, status, strict
 from workers.llm.client import ChatClient, api_key
 
 MESSAGES = [{"role": "user", "content": "hello there"}]
@@ -42,6 +42,32 @@ def test_a_reply_cut_at_max_tokens_and_reasoning_sent_apart_are_told():
     assert [(r.status, r.cut, r.reasoning_chars) for r in results] == [
         ("ok", True, 0), ("ok", True, 600), ("ok", False, 6), ("ok", False, 0)]
     assert [r.text for r in results] == ["<<<<<<< SEARCH\n    return", "", "the answer", "plain"]
+
+
+def test_an_endpoint_that_refuses_max_tokens_or_a_temperature_gets_what_it_takes_from_then_on():
+    """OpenAI's reasoning models refuse `max_tokens` (they take `max_completion_tokens`) and any
+    temperature but their default, each with an HTTP 400: the client sends what they take, for good."""
+    with ScriptedLLM([strict("fine"), strict("again")]) as server:
+        client = _client(server.url)
+        first, second = client.chat(MESSAGES), client.chat(MESSAGES)
+    assert (first.status, first.text, first.attempts) == ("ok", "fine", 3)  # two refused, then answered
+    assert (second.status, second.text, second.attempts) == ("ok", "again", 1)
+    sent = server.requests
+    assert [("max_tokens" in b, "max_completion_tokens" in b, "temperature" in b) for b in sent] == [
+        (True, False, True), (False, True, True), (False, True, False), (False, True, False)]
+    assert sent[-1]["max_completion_tokens"] == 32
+    with ScriptedLLM([status(400)]) as server:  # any other refusal stands: one attempt, nothing changed
+        client = _client(server.url)
+        assert client.chat(MESSAGES).status == "http_error" and len(server.requests) == 1
+        assert (client.limit_field, client.send_temperature) == ("max_tokens", True)
+
+
+def test_content_sent_as_parts_is_read_as_its_text():
+    parts = [{"type": "text", "text": "<<<<<<< SEARCH\n"}, {"type": "image_url", "image_url": "x"},
+             {"type": "output_text", "text": "    return 0"}]
+    with ScriptedLLM([reply(parts)]) as server:
+        result = _client(server.url).chat(MESSAGES)
+    assert (result.status, result.text) == ("ok", "<<<<<<< SEARCH\n    return 0")
 
 
 def test_missing_usage_is_estimated_and_flagged():

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import urllib3
@@ -64,6 +64,8 @@ class ChatClient:
     def __init__(self, base_url: str, model: str, key: str, timeout_s: float, max_retries: int,
                  max_tokens: int, temperature: float):
         self.model, self.max_tokens, self.temperature = model, max_tokens, temperature
+        # what the endpoint refused once and is then sent without (see `_adapted`)
+        self.limit_field, self.send_temperature = "max_tokens", True
         self.url = base_url.rstrip("/") + "/chat/completions"
         self._headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
         self._max_retries = max_retries
@@ -73,11 +75,32 @@ class ChatClient:
         self._pool = urllib3.PoolManager(maxsize=64, retries=retry, timeout=urllib3.Timeout(total=timeout_s))
 
     def chat(self, messages: list[dict], seed: int | None = None) -> ChatResult:
-        start = time.monotonic()
-        body = {"model": self.model, "messages": list(messages), "max_tokens": self.max_tokens,
-                "temperature": self.temperature}
-        if seed is not None:
-            body["seed"] = seed
+        start, refused = time.monotonic(), 0
+        while True:
+            body = {"model": self.model, "messages": list(messages), self.limit_field: self.max_tokens}
+            if self.send_temperature:
+                body["temperature"] = self.temperature
+            if seed is not None:
+                body["seed"] = seed
+            result = self._call(body, messages, start)
+            if not self._adapted(result):
+                return replace(result, attempts=result.attempts + refused) if refused else result
+            refused += result.attempts
+
+    def _adapted(self, result: ChatResult) -> bool:
+        """Whether the endpoint refused a field that some models do not take, now changed for good:
+        OpenAI's reasoning models take `max_completion_tokens`, not `max_tokens`, and only their
+        default temperature. Each is changed once; anything else stands."""
+        refused = result.error.lower() if result.status == HTTP_ERROR and result.error.startswith("HTTP 400") else ""
+        if "max_completion_tokens" in refused and self.limit_field == "max_tokens":
+            self.limit_field = "max_completion_tokens"
+            return True
+        if "temperature" in refused and "support" in refused and self.send_temperature:
+            self.send_temperature = False
+            return True
+        return False
+
+    def _call(self, body: dict, messages: list[dict], start: float) -> ChatResult:
         try:
             response = self._pool.request("POST", self.url, body=json.dumps(body).encode(), headers=self._headers)
         except MaxRetryError as exc:
@@ -111,6 +134,9 @@ class ChatClient:
         choices = reply.get("choices") or []
         message = choices[0].get("message") if choices else None
         text = (message.get("content") or "") if message else ""
+        if isinstance(text, list):  # content parts, as some servers send them: their text, in order
+            text = "".join(part.get("text") or "" for part in text
+                           if isinstance(part, dict) and part.get("type") in ("text", "output_text"))
         if not isinstance(text, str):
             raise TypeError(f"the reply's content is {type(text).__name__}, not text")
         # a server that parses a reasoning model's thinking sends it apart (`reasoning_content`, or
