@@ -62,6 +62,21 @@ def test_an_endpoint_that_refuses_max_tokens_or_a_temperature_gets_what_it_takes
         assert (client.limit_field, client.send_temperature) == ("max_tokens", True)
 
 
+def test_a_models_extra_body_goes_with_every_request_and_never_replaces_atolls_fields():
+    extra = {"top_p": 0.9, "chat_template_kwargs": {"enable_thinking": False}}
+    with ScriptedLLM([reply("fine"), reply("again")]) as server:
+        client = ChatClient(server.url, "m", "k", 1.0, 0, 64, 0.2, extra)
+        assert [client.chat(MESSAGES, seed=s).status for s in (1, 2)] == ["ok", "ok"]
+    for body, seed in zip(server.requests, (1, 2)):
+        assert body == {"top_p": 0.9, "chat_template_kwargs": {"enable_thinking": False}, "model": "m",
+                        "messages": MESSAGES, "max_tokens": 64, "temperature": 0.2, "seed": seed}
+    from workers.llm.config import OpenAIModel
+    with pytest.raises(ValueError, match="max_tokens, seed: set by Atoll; not sent from extra_body"):
+        OpenAIModel(name="q", base_url="http://127.0.0.1:9/v1", model="m", extra_body={"seed": 1, "max_tokens": 9})
+    with pytest.raises(ValueError, match="temperature: set by Atoll; use this model's own key"):
+        OpenAIModel(name="q", base_url="http://127.0.0.1:9/v1", model="m", extra_body={"temperature": 1.0})
+
+
 def test_content_sent_as_parts_is_read_as_its_text():
     parts = [{"type": "text", "text": "<<<<<<< SEARCH\n"}, {"type": "image_url", "image_url": "x"},
              {"type": "output_text", "text": "    return 0"}]

@@ -62,8 +62,9 @@ class ChatClient:
     """A pooled, thread-safe client for one model at one endpoint."""
 
     def __init__(self, base_url: str, model: str, key: str, timeout_s: float, max_retries: int,
-                 max_tokens: int, temperature: float):
+                 max_tokens: int, temperature: float, extra_body: dict | None = None):
         self.model, self.max_tokens, self.temperature = model, max_tokens, temperature
+        self.extra_body = dict(extra_body or {})  # the model's `extra_body`: more request fields, as given
         # what the endpoint refused once and is then sent without (see `_adapted`)
         self.limit_field, self.send_temperature = "max_tokens", True
         self.url = base_url.rstrip("/") + "/chat/completions"
@@ -77,7 +78,8 @@ class ChatClient:
     def chat(self, messages: list[dict], seed: int | None = None) -> ChatResult:
         start, refused = time.monotonic(), 0
         while True:
-            body = {"model": self.model, "messages": list(messages), self.limit_field: self.max_tokens}
+            body = {**self.extra_body, "model": self.model, "messages": list(messages),
+                    self.limit_field: self.max_tokens}
             if self.send_temperature:
                 body["temperature"] = self.temperature
             if seed is not None:

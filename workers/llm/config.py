@@ -9,7 +9,7 @@ per unit of cost. Budgets stop new requests, counting those in flight.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -40,6 +40,25 @@ class _ModelBase(_Strict):
     diagnose: bool = Field(False, description="First ask for a short diagnosis of the parent's feedback, "
                            "then pass it to the edit call (two llm_calls rows).")
     gpus: float = Field(0.0, ge=0, description="GPUs this model occupies, for the GPU-seconds cost unit.")
+    extra_body: dict[str, Any] = Field(default_factory=dict, description="More fields of each request's JSON "
+                                       "body, sent as given: e.g. top_p, or `chat_template_kwargs = "
+                                       "{ enable_thinking = false }` for a Qwen3 on vLLM or SGLang. Not the "
+                                       "fields Atoll sets (model, messages, max_tokens, max_completion_tokens, "
+                                       "temperature, seed, stream, n).")
+
+    @field_validator("extra_body")
+    @classmethod
+    def _not_ours(cls, body: dict) -> dict:
+        ours = sorted(set(body) & RESERVED_FIELDS)
+        if ours:
+            raise ValueError(f"{', '.join(ours)}: set by Atoll; "
+                             + ("use this model's own key" if set(ours) <= {"max_tokens", "temperature"}
+                                else "not sent from extra_body"))
+        return body
+
+
+RESERVED_FIELDS = frozenset({"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "seed",
+                             "stream", "n"})
 
 
 class OpenAIModel(_ModelBase):

@@ -75,7 +75,7 @@ class LLMWorker:
         cfg = model_config
         model_id = getattr(cfg, "model", None) or cfg.name
         self.client = ChatClient(base_url, model_id, key, cfg.timeout_s, cfg.max_retries, cfg.max_tokens,
-                                 cfg.temperature)
+                                 cfg.temperature, cfg.extra_body)
         self.diagnose, self.max_reply_chars, self.max_tokens = cfg.diagnose, max_reply_chars, cfg.max_tokens
 
     def propose(self, job: LLMJob) -> LLMOutcome:
