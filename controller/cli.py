@@ -92,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     report = _command(sub, "report", "print a finished run's held-out table again (scores only what the "
                                            "archive lacks, e.g. after a report was stopped)")
     report.add_argument("run_dir", help="a run directory (holds archive.duckdb)")
+    report.add_argument("--again", action="store_true", help="also score again the programs whose held-out "
+                        "evaluation did not end OK (a timeout on a busy machine, a failure); the run's limits "
+                        "stand: atoll resume DIR --set evaluator.sandbox.wall_s=N changes them first")
     report.add_argument("--ray-address", help="join this Ray cluster (default: RAY_ADDRESS, else start a local Ray)")
     sub.choices["resume"].add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                                        help="change a config value for the rest of the run (e.g. the LLM models)")

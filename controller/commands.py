@@ -267,15 +267,21 @@ def _llm_summary(archive, run_id) -> None:
     print_summary(console, archive_fetch(archive), run_id)
 
 
-def _report(archive, run_id, domain, evaluators, run_dir, new_evaluator) -> int:
+def _report(archive, run_id, domain, evaluators, run_dir, new_evaluator, again: bool = False) -> int:
     """The held-out table; Ctrl-C (or SIGTERM) stops it with what finished kept. `evaluators()` gives
-    the evaluators, called only if something is to be evaluated."""
-    from controller.report import heldout_report
+    the evaluators, called only if something is to be evaluated. A row that did not end OK is named
+    with the command that scores it again (`again`: that command)."""
+    from controller.report import heldout_report, not_ok
 
     _racing_summary(archive, run_id)
     try:
         with signals.ctrl_c_as_such():
-            heldout_report(archive, run_id, domain, evaluators, console, new_evaluator)
+            results = heldout_report(archive, run_id, domain, evaluators, console, new_evaluator, again)
+        lines = not_ok(results)
+        if lines:
+            console.print("; ".join(lines) + f". To score {'it' if len(lines) == 1 else 'them'} again: atoll report "
+                          f"{run_dir} --again (a timeout on a busy machine: give more time first with atoll resume "
+                          f"{run_dir} --set evaluator.sandbox.wall_s=N)", soft_wrap=True)
     except KeyboardInterrupt:
         signals.stopping()
         console.print("held-out report stopped. The search is committed, and so is every held-out result "
@@ -330,23 +336,27 @@ def _report_on(archive, run_dir: Path, args, unwritable: rundir.NotWritable | No
     secrets = _stored_secrets(archive, run_id, run_dir)
     domain = get_domain(config.domain, secrets=secrets)
     if unwritable is not None:
-        _read_only_report(archive, run_id, domain, unwritable)
+        _read_only_report(archive, run_id, domain, unwritable, args.again)
     hide = (str(run_dir.resolve()),)
 
     def evaluators():  # Ray and the evaluators only for a report with something to evaluate
         _connect(args.ray_address)
         return [new_evaluator(config, hide, secrets=secrets) for _ in range(evaluator_count(config))]
     return _guard_disk(run_dir, lambda: _report(archive, run_id, domain, evaluators, run_dir,
-                                                lambda: new_evaluator(config, hide, secrets=secrets)))
+                                                lambda: new_evaluator(config, hide, secrets=secrets), args.again))
 
 
-def _read_only_report(archive, run_id: str, domain, unwritable: rundir.NotWritable) -> None:
+def _read_only_report(archive, run_id: str, domain, unwritable: rundir.NotWritable, again: bool = False) -> None:
     """A report that may not write the archive goes on only if it would write nothing: every held-out
-    result stored, and the archive at this version's schema. Else the refusal says what is missing."""
-    from controller.report import heldout_programs
+    result stored (and, `again`, every one OK), and the archive at this version's schema. Else the
+    refusal says what is missing."""
+    from controller.report import heldout_programs, not_ok
     from store.duckdb_archive import migrations
 
     programs, stored = heldout_programs(archive, run_id, domain)
+    if again and not_ok(stored):
+        raise unwritable.because(f"atoll report --again needs to write it: {len(not_ok(stored))} held-out results "
+                                 "did not end OK")
     if len(stored) < len(programs):
         lacking = len(programs) - len(stored)
         raise unwritable.because(f"atoll report needs to write it: it lacks {lacking} of the {len(programs)} "

@@ -120,15 +120,21 @@ def _table(domain, results: dict, reference: dict, reference_error: str, replay_
     return columns, rows, _with_replay_note(notes, replay_seed)
 
 
-def heldout_report(archive, run_id: str, domain, evaluators, console, new_actor) -> dict:
+def heldout_report(archive, run_id: str, domain, evaluators, console, new_actor, again: bool = False) -> dict:
     """Score the best program and the baselines on the held-out split, store and print them.
 
     Held-out results already in the archive (an earlier report of this run, stopped
     part-way or not) are reused, not re-evaluated, and so are the domain's reference figures
     as first measured for the run: a report with nothing to score calls `evaluators()` (which
-    starts them, and Ray) not at all. `new_actor()` replaces an evaluator that died.
+    starts them, and Ray) not at all. With `again`, stored results that did not end OK (a
+    timeout on a busy machine) are scored again. `new_actor()` replaces an evaluator that died.
     """
     programs, stored = heldout_programs(archive, run_id, domain)
+    redo = {label: result for label, result in stored.items() if again and result.status != Status.OK}
+    if redo:
+        console.print("[atoll] held-out: scoring again what did not end OK: "
+                      + ", ".join(f"{label} ({result.status.value})" for label, result in redo.items()))
+        stored = {label: result for label, result in stored.items() if label not in redo}
     if stored:
         console.print(f"[atoll] held-out: {len(stored)} of {len(programs)} programs already scored, "
                       f"from the archive: {', '.join(stored)}")
@@ -172,6 +178,13 @@ def heldout_report(archive, run_id: str, domain, evaluators, console, new_actor)
     _print_table(console, f"held-out split ({domain.name})", columns, rows,
                  [*notes, library_note(archive, run_id)])
     return results
+
+
+def not_ok(results: dict) -> list[str]:
+    """One line per held-out result that did not end OK, with how to score it again."""
+    return [f"held-out: {label} did not end OK ({result.status.value}"
+            + (f": {result.error.splitlines()[0][:200]}" if result.error else "") + ")"
+            for label, result in results.items() if result.status != Status.OK]
 
 
 def stored_reference(archive, run_id: str) -> dict | None:

@@ -21,3 +21,37 @@ def test_search_trials_count_every_evaluated_program_and_keep_only_real_scores(t
         trials = search_trials(archive, "r1")
     assert trials["count"] == 4  # failures are trials too; baselines are not
     assert sorted(trials["search_scores"]) == [-0.1, 0.4]
+
+
+def test_a_held_out_row_that_timed_out_is_named_and_report_again_scores_it_under_the_new_limit(tmp_path):
+    """A held-out evaluation killed at the wall limit (a busy machine) is kept as TIMEOUT and reused by
+    `atoll report`, which names it with the way out; `report --again`, after a resume raised the limit,
+    scores it again and the table is whole."""
+    from tests.controller.runs import CONFIG, TINY, atoll
+    from store.query import run_query
+
+    run_dir = tmp_path / "run"
+    out = atoll(tmp_path, "run", CONFIG, "--run-dir", run_dir, "--max-evals", 4, "--no-report", *TINY)
+    assert out.returncode == 0, out.stderr
+    limited = atoll(tmp_path, "resume", run_dir, "--set", "evaluator.sandbox.wall_s=0.05")  # completed: stored only
+    assert limited.returncode == 0 and "nothing to resume" in limited.stdout, limited.stdout + limited.stderr
+    first = atoll(tmp_path, "report", run_dir)
+    assert first.returncode == 0, first.stderr
+    named = [line for line in first.stdout.splitlines() if "did not end OK" in line]
+    assert len(named) == 1 and ("held-out: baseline: optimized base-stock did not end OK (TIMEOUT: wall-clock limit "
+                                "of 0.05 s exceeded); ") in named[0], named
+    assert named[0].endswith(f"To score them again: atoll report {run_dir} --again (a timeout on a busy machine: give "
+                             f"more time first with atoll resume {run_dir} --set evaluator.sandbox.wall_s=N)"), named
+    baselines = ("SELECT status, count(*) FROM evaluations WHERE split = 'heldout' AND program_id LIKE 'baseline-%' "
+                 "GROUP BY 1")
+    stored = dict(run_query(run_dir, baselines)[1])
+    assert stored == {"TIMEOUT": 4}, stored  # the evolved best's was scored during the search, as a new best
+    same = atoll(tmp_path, "report", run_dir)  # reused as stored: nothing scored, no Ray
+    assert "already scored, from the archive" in same.stdout and "scoring" not in same.stdout.replace(
+        "already scored", "") and "did not end OK" in same.stdout, same.stdout
+    assert atoll(tmp_path, "resume", run_dir, "--set", "evaluator.sandbox.wall_s=120").returncode == 0
+    again = atoll(tmp_path, "report", run_dir, "--again")
+    assert again.returncode == 0, again.stderr
+    assert "[atoll] held-out: scoring again what did not end OK: " in again.stdout and "(TIMEOUT)" in again.stdout
+    assert "did not end OK" not in again.stdout.replace("scoring again what did not end OK", "")
+    assert dict(run_query(run_dir, baselines)[1]) == {"OK": 4}
