@@ -354,9 +354,10 @@ def _read_only_report(archive, run_id: str, domain, unwritable: rundir.NotWritab
     from store.duckdb_archive import migrations
 
     programs, stored = heldout_programs(archive, run_id, domain)
-    if again and not_ok(stored):
-        raise unwritable.because(f"atoll report --again needs to write it: {len(not_ok(stored))} held-out results "
-                                 "did not end OK")
+    failed = not_ok(stored) if again else []
+    if failed:
+        raise unwritable.because(f"atoll report --again needs to write it: {len(failed)} held-out results did not "
+                                 "end OK")
     if len(stored) < len(programs):
         lacking = len(programs) - len(stored)
         raise unwritable.because(f"atoll report needs to write it: it lacks {lacking} of the {len(programs)} "
