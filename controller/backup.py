@@ -98,7 +98,7 @@ class Away:
     """
 
     def __init__(self, folder: str, run_id: str, started_at):
-        self.target = Path(folder).expanduser() / f"{run_id}.duckdb"
+        self.target = away_path(folder, run_id)
         self.run_id, self.started_at = run_id, started_at
         self.failed = False
 
@@ -140,6 +140,11 @@ class Away:
                                         f"({str(exc).strip().splitlines()[0][:200]})") from None
         if (self.run_id, self.started_at) not in runs:
             raise OSError(errno.EEXIST, "the file there holds another run's archive, and is left as it is")
+
+
+def away_path(folder: str, run_id: str) -> Path:
+    """Where the run's backups are copied in `controller.backup_dir`."""
+    return Path(folder).expanduser() / f"{run_id}.duckdb"
 
 
 def check_backup_dir(folder: str) -> None:

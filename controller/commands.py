@@ -207,6 +207,11 @@ def _guard_disk(run_dir: Path, work) -> int:
 
 
 def _search(config, archive, run_id, run_dir, args) -> int:
+    if config.controller.backup_dir and config.controller.backup_every_s:  # where a lost machine's run is
+        from controller.backup import away_path
+
+        console.print(f"backups every {config.controller.backup_every_s:g} s, also off this machine: "
+                      f"{away_path(config.controller.backup_dir, run_id)}", soft_wrap=True)
     return _guard_disk(run_dir, lambda: _search_and_report(config, archive, run_id, run_dir, args))
 
 

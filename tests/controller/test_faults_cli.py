@@ -340,6 +340,7 @@ def test_a_run_whose_machine_is_lost_resumes_elsewhere_from_its_copy_in_backup_d
     copies = list(away.iterdir())
     assert len(copies) == 1 and copies[0].name.startswith("run-") and copies[0].suffix == ".duckdb", copies
     copy = copies[0]
+    assert f"backups every 0.3 s, also off this machine: {copy}\n" in out.stdout, out.stdout
     saved = committed_ids(away, copy.name)
     assert saved and saved <= committed_ids(run_dir)
     shown = atoll(tmp_path, "status", run_dir).stdout
