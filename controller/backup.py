@@ -90,20 +90,32 @@ class Backups:
                                         f"({_mib(ROOM_LEFT)} of it left free for the run's own commits)")
 
 
+class ResumedElsewhere(OSError):
+    """The copy holds a later session of this run, started by another driver from that copy."""
+
+
 class Away:
     """The copy of each backup in `controller.backup_dir`, as RUN_ID.duckdb: what survives the run's machine.
 
     The run is told by its id and start time (`runs.started_at`), so a file of that name that
-    holds another run (another `try-231500` on another day) is left as it is, and said once.
+    holds another run (another `try-231500` on another day) is left as it is, and said once. A
+    copy whose last session (`started` event) began after this driver's, in another process, was
+    written by a driver that resumed the run from it (`--from-backup FILE`) while this one still
+    ran, e.g. after this machine was only unreachable: this driver writes it no more, and says so.
     """
 
-    def __init__(self, folder: str, run_id: str, started_at):
+    def __init__(self, folder: str, run_id: str, started_at, session: tuple[str, int] = ("", 0),
+                 since: float = 0.0):
         self.target = away_path(folder, run_id)
         self.run_id, self.started_at = run_id, started_at
+        self.session, self.since = session, since  # this driver's (host, pid), and when its session began
         self.failed = False
+        self.elsewhere = False
 
     def copy(self, backup: Path, every_s: float, notices: list) -> dict:
         """Copy the fresh backup `backup` to the target; what the backup's event adds."""
+        if self.elsewhere:
+            return {"away_error": "the run was resumed elsewhere from this copy"}
         began = time.monotonic()
         try:
             self._check_target()
@@ -112,6 +124,12 @@ class Away:
             if free < size:
                 raise OSError(errno.ENOSPC, f"{_mib(free)} free, and the copy needs {_mib(size)}")
             copy_whole(backup, self.target)
+        except ResumedElsewhere as exc:
+            self.elsewhere = True
+            notices.append(f"atoll: {exc.strerror}; this driver no longer writes {self.target}. Two drivers now "
+                           "search this run apart: stop this one (atoll stop on its run directory); what it finds "
+                           "from now on stays in its own archive only")
+            return {"away_error": exc.strerror}
         except (OSError, duckdb.Error, ArchiveDamaged) as exc:  # the run goes on; the last copy stays
             why = getattr(exc, "strerror", None) or str(exc).strip().splitlines()[0]
             if not self.failed:  # said once until a copy works again
@@ -133,6 +151,8 @@ class Away:
             con = duckdb.connect(str(self.target), read_only=True)
             try:
                 runs = con.execute("SELECT run_id, started_at FROM runs").fetchall()
+                last = con.execute("SELECT ts, data->>'host', data->>'pid' FROM events WHERE run_id = ? AND "
+                                   "kind = 'started' ORDER BY ts DESC LIMIT 1", [self.run_id]).fetchall()
             finally:
                 con.close()
         except duckdb.Error as exc:
@@ -140,6 +160,10 @@ class Away:
                                         f"({str(exc).strip().splitlines()[0][:200]})") from None
         if (self.run_id, self.started_at) not in runs:
             raise OSError(errno.EEXIST, "the file there holds another run's archive, and is left as it is")
+        if last and last[0][0] > self.since and (last[0][1], str(last[0][2])) != (self.session[0], str(self.session[1])):
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last[0][0]))
+            raise ResumedElsewhere(errno.EEXIST, f"this run was resumed from its copy in controller.backup_dir on "
+                                                 f"{last[0][1]} (pid {last[0][2]}) at {stamp}, after this driver began")
 
 
 def away_path(folder: str, run_id: str) -> Path:

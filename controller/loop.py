@@ -203,7 +203,8 @@ class Search(EvaluatorPool, Outcomes, LostActors):
                           time.monotonic())
         away = None
         if self.config.controller.backup_dir:
-            away = Away(self.config.controller.backup_dir, self.run_id, self.archive.get_run(self.run_id)["started_at"])
+            away = Away(self.config.controller.backup_dir, self.run_id, self.archive.get_run(self.run_id)["started_at"],
+                        (socket.gethostname(), os.getpid()), time.time())
         backups = Backups(self.config.controller.backup_every_s, self.archive, self.run_dir, self.notices,
                           time.monotonic(), away)
         drain_until = None

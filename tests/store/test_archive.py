@@ -377,6 +377,43 @@ def test_the_backups_copy_in_backup_dir_never_overwrites_another_runs_file(tmp_p
         assert not list(away.glob("*.tmp"))
 
 
+def test_a_copy_in_backup_dir_that_another_driver_resumed_from_is_left_to_it_and_said(tmp_path):
+    """This machine was only unreachable: meanwhile the run was resumed elsewhere from its copy, whose
+    newest session (`started` event) is another driver's, begun after this one. This driver stops
+    writing the copy (the other's progress would be overwritten) and says what to do, once."""
+    away, run_dir = tmp_path / "away", tmp_path / "run"
+    away.mkdir()
+    run_dir.mkdir()
+    with DuckDBArchive(run_dir / "archive.duckdb") as archive:
+        archive.create_run("r1", {})
+        archive.write("r1", events=[("started", {"host": "here", "pid": 11})])
+        archive.record([(cand("a"), ok("a", -1.0))])
+        started = archive.get_run("r1")["started_at"]
+        notices: list[str] = []
+        since = time.time()
+        mine = Backups(60.0, archive, run_dir, notices, now=0.0, away=Away(str(away), "r1", started, ("here", 11), since))
+        assert "away" in mine.make(1)[1] and not notices  # its own copy, the latest session its own
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        shutil.copyfile(away / "r1.duckdb", elsewhere / "archive.duckdb")  # resumed from the copy ...
+        with DuckDBArchive(elsewhere / "archive.duckdb") as other:  # ... by another driver, which wrote its own
+            other.write("r1", events=[("started", {"host": "there", "pid": 22})])
+            other.record([(cand("z"), ok("z", -0.5))])
+        shutil.copyfile(elsewhere / "archive.duckdb", away / "r1.duckdb")
+        kept = (away / "r1.duckdb").read_bytes()
+        for _ in range(2):
+            kind, data = mine.make(1)
+            assert kind == "archive-backed-up" and "away" not in data and (away / "r1.duckdb").read_bytes() == kept
+        assert data["away_error"] == "the run was resumed elsewhere from this copy"
+        assert len(notices) == 1 and notices[0].startswith(
+            "atoll: this run was resumed from its copy in controller.backup_dir on there (pid 22) at "), notices
+        assert "after this driver began; this driver no longer writes " in notices[0] and "stop this one" in notices[0]
+        # a driver of this run that began after that session (a resume here, later) writes it again
+        later = Away(str(away), "r1", started, ("here", 33), time.time())
+        assert later.copy(run_dir / "archive.backup.duckdb", 60.0, notices)["away"] == str(away / "r1.duckdb")
+        assert _search_ids(away / "r1.duckdb") == {"a"}
+
+
 def test_a_backup_holds_what_was_committed_while_a_live_read_is_open_and_a_full_disk_keeps_the_last(tmp_path):
     """The backup (controller.backup) is a whole archive of the commits so far, the log folded in;
     a copy that cannot be written (a real full tmpfs) leaves the last backup as it was, and no part file."""
