@@ -265,12 +265,17 @@ class Proposals:
         if n < LLM_CUT:
             return
         self.cut[model] = -1
-        max_tokens = self.llm.model(model).max_tokens
-        self.events.append(("llm-replies-cut", {"model": model, "replies_in_a_row": n, "max_tokens": max_tokens}))
+        cfg = self.llm.model(model)
+        more = min(cfg.max_tokens * 4, 32768)
+        raise_it = f"--set mutator.llm.models.{model}.max_tokens={more}"
+        context = getattr(cfg, "context", None)  # a local model's context holds the prompt and the reply
+        if context is not None and more >= context // 2:
+            raise_it += f" --set mutator.llm.models.{model}.context={max(context * 2, more * 2)}"
+        self.events.append(("llm-replies-cut", {"model": model, "replies_in_a_row": n, "max_tokens": cfg.max_tokens}))
         self.notices.append(
-            f"atoll: the last {n} replies of model '{model}' were cut off at its max_tokens ({max_tokens}), "
-            "most before they held a whole edit (a reasoning model spends tokens thinking first). Give it more: "
-            f"atoll stop, then atoll resume DIR --set mutator.llm.models.{model}.max_tokens={min(max_tokens * 4, 32768)}.")
+            f"atoll: the last {n} replies of model '{model}' were cut off at its max_tokens ({cfg.max_tokens}), "
+            "most before they held a whole edit (a reasoning model spends tokens thinking first; a whole program "
+            f"takes more than a diff). Give it more: atoll stop, then atoll resume DIR {raise_it}.")
 
     def _answered(self, model: str) -> None:
         n = self.failing.pop(model, 0)

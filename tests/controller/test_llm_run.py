@@ -160,8 +160,9 @@ def test_a_reasoning_models_drafts_are_left_out_and_replies_cut_at_max_tokens_ar
     assert out.returncode == 0 and "search completed: 24 evaluations" in out.stdout, out.stdout + out.stderr
     said = [line for line in out.stderr.splitlines() if "were cut off at its max_tokens" in line]
     assert said == [("atoll: the last 3 replies of model 'scripted' were cut off at its max_tokens (512), most before "
-                     "they held a whole edit (a reasoning model spends tokens thinking first). Give it more: atoll "
-                     "stop, then atoll resume DIR --set mutator.llm.models.scripted.max_tokens=2048.")], out.stderr
+                     "they held a whole edit (a reasoning model spends tokens thinking first; a whole program takes "
+                     "more than a diff). Give it more: atoll stop, then atoll resume DIR --set "
+                     "mutator.llm.models.scripted.max_tokens=2048.")], out.stderr
     assert _rows(run_dir, "SELECT count(*) FROM events WHERE kind = 'llm-replies-cut'")[0][0] == 1
     errors = sorted(e for (e,) in _rows(run_dir, "SELECT error FROM llm_calls WHERE status = 'unparseable'"))
     cut_off = " (the reply was cut off at max_tokens = 512)"

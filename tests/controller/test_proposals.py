@@ -89,3 +89,22 @@ def test_the_driver_keeps_recent_feedback_and_failures_only_and_reads_older_feed
     for i in range(20):
         kept._feedback(f"k{80 + i}", code)
     assert len(kept.feedback) == 8
+
+
+def test_replies_cut_at_max_tokens_three_in_a_row_are_said_once_with_what_to_raise(tmp_path):
+    """A local model's context holds its prompt and its reply: raising max_tokens alone would not fit."""
+    local = {"backend": "local", "name": "small", "max_tokens": 256, "context": 2048}
+    config = validate({"domain": {"name": "inventory"}, "mutator": {"llm": {"models": [
+        local, {"backend": "openai", "name": "big", "base_url": "http://127.0.0.1:1/v1", "model": "m"}]}}})
+    with DuckDBArchive(tmp_path / "archive.duckdb") as archive:
+        archive.create_run(RUN, {})
+        proposals = Proposals(config, archive, RUN, get_domain("inventory"), Dedup())
+        for cut in (True, True, False, True, True):  # a whole reply between: the count starts again
+            proposals._maybe_cut("small", cut)
+            proposals._maybe_cut("big", True)
+        assert len(proposals.notices) == 1 and "'big'" in proposals.notices[0]  # 5 in a row, said at 3, once
+        assert proposals.notices[0].endswith("atoll resume DIR --set mutator.llm.models.big.max_tokens=2048.")
+        proposals._maybe_cut("small", True)
+        assert len(proposals.notices) == 2 and proposals.notices[1].endswith(
+            "--set mutator.llm.models.small.max_tokens=1024 --set mutator.llm.models.small.context=4096.")
+        assert [e for e, _ in proposals.events].count("llm-replies-cut") == 2
