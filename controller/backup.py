@@ -161,9 +161,9 @@ class Away:
         if (self.run_id, self.started_at) not in runs:
             raise OSError(errno.EEXIST, "the file there holds another run's archive, and is left as it is")
         if last and last[0][0] > self.since and (last[0][1], str(last[0][2])) != (self.session[0], str(self.session[1])):
-            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last[0][0]))
             raise ResumedElsewhere(errno.EEXIST, f"this run was resumed from its copy in controller.backup_dir on "
-                                                 f"{last[0][1]} (pid {last[0][2]}) at {stamp}, after this driver began")
+                                                 f"{last[0][1]} (pid {last[0][2]}) at {stamp(last[0][0])}, after this "
+                                                 "driver began")
 
 
 def away_path(folder: str, run_id: str) -> Path:
@@ -195,7 +195,12 @@ def _mib(size: int) -> str:
 
 
 def when(path: Path) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(path.stat().st_mtime))
+    return stamp(path.stat().st_mtime)
+
+
+def stamp(ts: float) -> str:
+    """A moment as the backup lines show it, in local time."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
 
 def offer(run_dir) -> str:

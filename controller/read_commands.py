@@ -9,7 +9,6 @@ import json
 import os
 import shlex
 import sys
-import time
 from pathlib import Path
 
 from rich.console import Console
@@ -83,12 +82,13 @@ def _status_away(run_dir: Path, run_id: str) -> None:
         "SELECT ts, data->>'away', data->>'away_error', data->>'search_evaluations' FROM events "
         f"WHERE run_id = '{run}' AND kind = 'archive-backed-up' "
         "AND (data->>'away' IS NOT NULL OR data->>'away_error' IS NOT NULL) ORDER BY ts"))
+    from controller.backup import stamp
+
     made = [row for row in rows if row[1]]
     failed = f"; the latest copy failed: {rows[-1][2]}" if rows and rows[-1][2] else ""
     if made:
         ts, target, _, evaluations = made[-1]
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
-        console.print(f"backup's copy off this machine: {target}, of {stamp}, {evaluations} search evaluations (if "
+        console.print(f"backup's copy off this machine: {target}, of {stamp(ts)}, {evaluations} search evaluations (if "
                       f"this machine is lost: atoll resume NEWDIR --from-backup {target}){failed}", soft_wrap=True)
     elif failed:
         console.print(f"backup's copy off this machine: none made yet{failed}", soft_wrap=True)
