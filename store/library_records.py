@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 from store.arrow import pa
+from store.columns import strings
 
 _KEYS = {"skill_uses": "run_id, program_id", "prompt_variant_uses": "run_id, program_id"}  # their primary keys
 
@@ -121,11 +122,11 @@ def add_skills(con, learned: list[dict]) -> None:
 
 def add_skill_uses(con, uses: list[dict]) -> None:
     _insert_new(con, "skill_uses", {
-        "run_id": pa.array([u["run_id"] for u in uses], pa.string()),
-        "program_id": pa.array([u["program_id"] for u in uses], pa.string()),
-        "skill_id": pa.array([u["skill_id"] for u in uses], pa.string()),
-        "parent_id": pa.array([u["parent_id"] for u in uses], pa.string()),
-        "status": pa.array([u["status"] for u in uses], pa.string()),
+        "run_id": strings([u["run_id"] for u in uses]),
+        "program_id": strings([u["program_id"] for u in uses]),
+        "skill_id": strings([u["skill_id"] for u in uses]),
+        "parent_id": strings([u["parent_id"] for u in uses]),
+        "status": strings([u["status"] for u in uses]),
         "success": pa.array([bool(u["success"]) for u in uses], pa.bool_()),
         "gain": pa.array([u.get("gain") for u in uses], pa.float64())})
 
@@ -167,9 +168,9 @@ def add_variant(con, variant: dict) -> None:
 
 def add_variant_uses(con, uses: list[dict]) -> None:
     _insert_new(con, "prompt_variant_uses", {
-        "run_id": pa.array([u["run_id"] for u in uses], pa.string()),
-        "program_id": pa.array([u["program_id"] for u in uses], pa.string()),
-        "variant_id": pa.array([u["variant_id"] for u in uses], pa.string()),
+        "run_id": strings([u["run_id"] for u in uses]),
+        "program_id": strings([u["program_id"] for u in uses]),
+        "variant_id": strings([u["variant_id"] for u in uses]),
         "success": pa.array([bool(u["success"]) for u in uses], pa.bool_())})
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 from store.arrow import pa
+from store.columns import strings
 
 CALL_COLUMNS = ("call_id", "run_id", "program_id", "model", "completion", "tokens_in", "tokens_out",
                 "latency_s", "created_at", "island", "parent_id", "kind", "status", "error", "cost", "gpu_s",
@@ -31,8 +32,8 @@ def insert_calls(archive, rows: list[dict], parts: dict[str, str]) -> None:
             "SELECT part_id FROM llm_prompt_parts WHERE part_id IN (SELECT unnest(?))", [list(parts)]).fetchall()}
         fresh = {k: v for k, v in parts.items() if k not in known}
         if fresh:
-            archive._insert("llm_prompt_parts", pa.table({"part_id": pa.array(list(fresh), pa.string()),
-                                                          "text": pa.array(list(fresh.values()), pa.string())}))
+            archive._insert("llm_prompt_parts", pa.table({"part_id": strings(list(fresh)),
+                                                          "text": strings(list(fresh.values()))}))
     columns = {c: pa.array([r.get(c) for r in rows], _TYPES.get(c, pa.string())) for c in CALL_COLUMNS}
     archive._insert("llm_calls", pa.table(columns))
 

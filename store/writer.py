@@ -124,9 +124,8 @@ class Writer:
             "code": strings([c.code for c in fresh]), "code_hash": strings([c.code_hash for c in fresh]),
             "mutator": strings([c.mutator for c in fresh]), "created_at": plain_floats([c.created_at for c in fresh]),
             "seq": pa.array(seqs, pa.int64()), "id_hash": pa.array(hashes, pa.uint64()),
-            "proposed_hash": pa.array([None if r is None else r.metrics.get("proposed_hash") for r in search],
-                                      pa.string()),
-            "search_status": pa.array(status, pa.string()), "search_score": score,
+            "proposed_hash": strings([None if r is None else r.metrics.get("proposed_hash") for r in search]),
+            "search_status": strings(status), "search_score": score,
             "parent_score": pa.array(parent_best, pa.float64()), "best_so_far": pa.array(bests, pa.float64())}))
         if edges:
             child, parent, run, child_seq, parent_seq = zip(*edges)
@@ -191,10 +190,10 @@ class Writer:
             "metrics": json_column([r.metrics for r in results]),
             "instance_scores": finite_lists([r.instance_scores for r in results]),
             "descriptors": finite_lists([r.descriptors for r in results]),
-            "error": pa.array([r.error for r in results], pa.string()),
+            "error": strings([r.error for r in results]),
             "duration_s": plain_floats([r.duration_s for r in results]),
-            "node_id": pa.array([r.node_id for r in results], pa.string()),
-            "node_ip": pa.array([r.node_ip for r in results], pa.string()),
+            "node_id": strings([r.node_id for r in results]),
+            "node_ip": strings([r.node_ip for r in results]),
             "created_at": pa.array(np.full(len(results), time.time()), pa.float64())}))
         researched = [r for r in stored if r.split == "search"]
         return self._update_search(researched) if researched else None
@@ -204,7 +203,7 @@ class Writer:
         table = pa.table({"program_id": strings([r.program_id for r in results]),
                           "search_status": strings(statuses([r.status for r in results])),
                           "search_score": floats([r.score for r in results]),
-                          "proposed_hash": pa.array([r.metrics.get("proposed_hash") for r in results], pa.string())})
+                          "proposed_hash": strings([r.metrics.get("proposed_hash") for r in results])})
         self.con.register("_search", table)
         try:
             rows = self.con.execute(
