@@ -14,13 +14,17 @@ A backup beside the archive is lost with its machine. With `controller.backup_di
 on another disk or machine, e.g. a network mount) each backup is also copied there as
 RUN_ID.duckdb, the same way, so a run outlives the loss of its machine: on another one,
 `atoll resume NEWDIR --from-backup BACKUP_DIR/RUN_ID.duckdb`. A file of that name that holds
-another run is never overwritten.
+another run is never overwritten. That copy is made in a thread of its own while the search goes
+on: a slow or hung network mount delays the copy, never the run.
 """
 from __future__ import annotations
 
 import errno
 import os
+import queue
 import shutil
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -69,8 +73,16 @@ class Backups:
             self.notices.append(f"atoll: the archive's backup is written again ({self.path})")
         data = {"bytes": size, "seconds": round(time.monotonic() - began, 3), "search_evaluations": evaluations}
         if self.away is not None:
-            data.update(self.away.copy(self.path, self.every_s, self.notices))
+            data.update(self.away.begin(self.path, self.every_s, evaluations, self.notices))
         return "archive-backed-up", data
+
+    def copied(self) -> list:
+        """The events of the copies in controller.backup_dir that finished since the last call."""
+        return self.away.finished(self.notices) if self.away is not None else []
+
+    def close(self) -> list:
+        """At the run's end: wait a little for a copy still being made; the events of those that finished."""
+        return self.away.close(self.notices) if self.away is not None else []
 
     def _failed(self, why: str, notice: str) -> tuple[str, dict]:
         if not self.failed:  # said once until a backup works again
@@ -102,7 +114,14 @@ class Away:
     copy whose last session (`started` event) began after this driver's, in another process, was
     written by a driver that resumed the run from it (`--from-backup FILE`) while this one still
     ran, e.g. after this machine was only unreachable: this driver writes it no more, and says so.
+
+    Each copy is made in a thread of its own (`begin`), one at a time, while the loop goes on: a
+    network mount that is slow, or hangs (a hard NFS mount whose server is gone), holds up the copy
+    and not the search. A backup made while the last copy is still being made is not copied, and the
+    stall is said once. The loop archives each finished copy as a `backup-copied` event (`finished`).
     """
+
+    EXIT_WAIT_S = 10.0  # how long the run's end waits for a copy still being made
 
     def __init__(self, folder: str, run_id: str, started_at, session: tuple[str, int] = ("", 0),
                  since: float = 0.0):
@@ -111,6 +130,66 @@ class Away:
         self.session, self.since = session, since  # this driver's (host, pid), and when its session began
         self.failed = False
         self.elsewhere = False
+        self._thread: threading.Thread | None = None
+        self._begun = 0.0  # when the copy being made began (wall clock)
+        self._stall_said = False
+        self._done: queue.SimpleQueue = queue.SimpleQueue()  # (event data, notices) of each finished copy
+
+    def begin(self, backup: Path, every_s: float, evaluations: int, notices: list) -> dict:
+        """Start copying the fresh backup `backup` in a thread; what the backup's event adds ({} when begun)."""
+        if self._thread is not None and self._thread.is_alive():
+            since = f"still being made (begun at {stamp(self._begun)})"
+            if not self._stall_said:  # said once until that copy ends
+                self._stall_said = True
+                notices.append(f"atoll: the backup's copy in controller.backup_dir ({self.target}), begun at "
+                               f"{stamp(self._begun)}, has not finished (a slow or hung mount?); the run goes on, "
+                               "no other copy is begun until it ends, and the last whole copy there stays")
+            return {"away_error": since}
+        self._begun = time.time()
+        self._thread = threading.Thread(target=self._make, args=(backup, every_s, evaluations),
+                                        name="atoll-backup-copy", daemon=True)  # a hung mount never holds the exit
+        self._thread.start()
+        return {}
+
+    def _make(self, backup: Path, every_s: float, evaluations: int) -> None:
+        said: list[str] = []
+        data = self.copy(backup, every_s, said)
+        self._done.put(({**data, "search_evaluations": evaluations}, said, time.time()))
+
+    def finished(self, notices: list) -> list:
+        """(The loop's thread.) The `backup-copied` events of the copies that ended since the last call; their notices to `notices`."""
+        events = []
+        while True:
+            try:
+                data, said, ended = self._done.get_nowait()
+            except queue.Empty:
+                return events
+            if self._stall_said:  # (this thread alone reads and sets it)
+                self._stall_said = False
+                notices.append(f"atoll: the backup's copy in controller.backup_dir begun at {stamp(self._begun)} "
+                               f"ended after {ended - self._begun:.0f} s; the next backup is copied as before")
+            notices.extend(said)
+            events.append(("backup-copied", data))
+
+    def close(self, notices: list, wait_s: float | None = None) -> list:
+        """Wait up to `wait_s` (EXIT_WAIT_S) for a copy still being made; the events of those that ended.
+        One left unfinished keeps only its temporary file in the folder; the last whole copy stays."""
+        thread = self._thread
+        if thread is not None and thread.is_alive():
+            wait_s = self.EXIT_WAIT_S if wait_s is None else wait_s
+            print(f"atoll: waiting up to {wait_s:g} s for the backup's copy in controller.backup_dir ({self.target}) "
+                  "to end", file=sys.stderr, flush=True)
+            try:
+                thread.join(wait_s)
+            except KeyboardInterrupt:
+                pass
+            if thread.is_alive():
+                print(f"atoll: the backup's copy in controller.backup_dir begun at {stamp(self._begun)} is left "
+                      f"unfinished (a slow or hung mount?); the last whole copy there ({self.target}) stays",
+                      file=sys.stderr, flush=True)
+                return [("backup-copied", {"away_error": f"left unfinished at the run's end (begun at "
+                                                         f"{stamp(self._begun)})"})]
+        return self.finished(notices)
 
     def copy(self, backup: Path, every_s: float, notices: list) -> dict:
         """Copy the fresh backup `backup` to the target; what the backup's event adds."""

@@ -239,6 +239,8 @@ class Search(EvaluatorPool, Outcomes, LostActors):
                     if drain_until is not None and time.monotonic() > drain_until:
                         self._cancel_all()
                     due = cadence.due(time.monotonic())
+                    if due:
+                        self.events += backups.copied()  # copies in controller.backup_dir that ended
                     if due == "publish":
                         self.publish()
                         if backups.due(time.monotonic()):  # right after a commit: the copy holds it
@@ -260,6 +262,8 @@ class Search(EvaluatorPool, Outcomes, LostActors):
             self._cancel_all()
             raise
         finally:
+            self.events += backups.close()
+            progress.say_notices()  # what the copy's end said
             if not self.disk_full:
                 self.publish()
         if self.seed_error:

@@ -31,11 +31,11 @@ class Progress:
         return self
 
     def __exit__(self, *exc):
-        self._notices()
+        self.say_notices()
         if self.live:
             self.live.__exit__(*exc)
 
-    def _notices(self) -> None:
+    def say_notices(self) -> None:
         """What the run's parts asked to say on stderr (a stalled embedded mutator, a model whose calls
         keep failing), in order."""
         memory = getattr(self.search, "memory", None)
@@ -56,7 +56,7 @@ class Progress:
                 "left_s": max(0.0, self.max_wall_s - elapsed), "in_flight": s.in_flight()}
 
     def update(self, elapsed: float) -> None:
-        self._notices()
+        self.say_notices()
         now = time.monotonic()  # the loop calls this every pass: figures at most four times a second
         if now - getattr(self, "_last_update", 0.0) < 0.25:
             return

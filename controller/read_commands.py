@@ -80,18 +80,18 @@ def _status_away(run_dir: Path, run_id: str) -> None:
     run = run_id.replace("'", "''")
     _, rows, _ = query_run(run_dir, (
         "SELECT ts, data->>'away', data->>'away_error', data->>'search_evaluations' FROM events "
-        f"WHERE run_id = '{run}' AND kind = 'archive-backed-up' "
+        f"WHERE run_id = '{run}' AND kind IN ('archive-backed-up', 'backup-copied') "  # older runs: in the backup's
         "AND (data->>'away' IS NOT NULL OR data->>'away_error' IS NOT NULL) ORDER BY ts"))
     from controller.backup import stamp
 
     made = [row for row in rows if row[1]]
-    failed = f"; the latest copy failed: {rows[-1][2]}" if rows and rows[-1][2] else ""
+    failed = f"; a later copy: {rows[-1][2]}" if rows and rows[-1][2] else ""
     if made:
         ts, target, _, evaluations = made[-1]
         console.print(f"backup's copy off this machine: {target}, of {stamp(ts)}, {evaluations} search evaluations (if "
                       f"this machine is lost: atoll resume NEWDIR --from-backup {target}){failed}", soft_wrap=True)
     elif failed:
-        console.print(f"backup's copy off this machine: none made yet{failed}", soft_wrap=True)
+        console.print(f"backup's copy off this machine: none made yet ({rows[-1][2]})", soft_wrap=True)
 
 
 def _status_llm(run_dir: Path, run_id: str) -> None:

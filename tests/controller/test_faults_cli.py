@@ -357,7 +357,7 @@ def test_a_run_whose_machine_is_lost_resumes_elsewhere_from_its_copy_in_backup_d
     # the resumed run goes on copying to the same file (same run: its id and start are the archive's)
     assert saved <= committed_ids(away, copy.name) <= committed_ids(elsewhere)
     _, rows, _ = run_query(elsewhere, "SELECT data->>'away', data->>'away_error' FROM events "
-                                      "WHERE kind = 'archive-backed-up'")
+                                      "WHERE kind = 'backup-copied'")
     assert rows and set(rows) == {(str(copy), None)}, rows
     missing = atoll(tmp_path, "resume", tmp_path / "other", "--from-backup", away / "nothing.duckdb")
     assert missing.returncode == 2 and "no such file" in _one_line(missing.stderr), missing.stderr

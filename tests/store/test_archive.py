@@ -10,7 +10,7 @@ import time
 import duckdb
 import pytest
 
-from controller.backup import Away, Backups
+from controller.backup import Away, Backups, stamp
 from store.duckdb_archive import ArchiveDamaged, DuckDBArchive, migrations
 from store.records import Candidate, EvalResult, Status
 
@@ -324,6 +324,14 @@ def _search_ids(path) -> set[str]:
         return {pid for (pid,) in copy.con.execute("SELECT program_id FROM evaluations WHERE split = 'search'").fetchall()}
 
 
+def _made(backups: Backups, evaluations: int) -> tuple[str, dict]:
+    """A backup, its copy in controller.backup_dir awaited: the backup's event, the copy's data in it."""
+    kind, data = backups.make(evaluations)
+    copied = backups.close()  # the copy is made in a thread of its own
+    assert [k for k, _ in copied] == ([] if "away_error" in data else ["backup-copied"]), (data, copied)
+    return kind, {**data, **(copied[0][1] if copied else {})}
+
+
 def test_a_backup_flushes_its_file_then_the_rename_into_place(archive, tmp_path, monkeypatch):
     """A power loss after the copy keeps one whole backup: the copy's bytes reach the disk before
     the rename, and the folder's rename reaches it before the copy counts as made."""
@@ -362,17 +370,17 @@ def test_the_backups_copy_in_backup_dir_never_overwrites_another_runs_file(tmp_p
                 shutil.copyfile(foreign, target)
             kept = target.read_bytes()
             for _ in range(2):
-                kind, data = backups.make(3)
+                kind, data = _made(backups, 3)
                 assert kind == "archive-backed-up" and "away" not in data and target.read_bytes() == kept
             assert "is left as it is" in data["away_error"], data
             assert len(notices) == 1 and "could not be written" in notices[0] and str(target) in notices[0], notices
             notices.clear()
             backups.away.failed = False
         target.unlink()
-        kind, data = backups.make(3)
+        kind, data = _made(backups, 3)
         assert data["away"] == str(target) and _search_ids(target) == {"a0", "a1", "a2"}
         archive.record([(cand("b"), ok("b", -2.0))])
-        kind, data = backups.make(4)  # its own copy is replaced by the newer backup
+        kind, data = _made(backups, 4)  # its own copy is replaced by the newer backup
         assert data["away"] == str(target) and _search_ids(target) == {"a0", "a1", "a2", "b"} and not notices
         assert not list(away.glob("*.tmp"))
 
@@ -392,7 +400,7 @@ def test_a_copy_in_backup_dir_that_another_driver_resumed_from_is_left_to_it_and
         notices: list[str] = []
         since = time.time()
         mine = Backups(60.0, archive, run_dir, notices, now=0.0, away=Away(str(away), "r1", started, ("here", 11), since))
-        assert "away" in mine.make(1)[1] and not notices  # its own copy, the latest session its own
+        assert "away" in _made(mine, 1)[1] and not notices  # its own copy, the latest session its own
         elsewhere = tmp_path / "elsewhere"
         elsewhere.mkdir()
         shutil.copyfile(away / "r1.duckdb", elsewhere / "archive.duckdb")  # resumed from the copy ...
@@ -402,7 +410,7 @@ def test_a_copy_in_backup_dir_that_another_driver_resumed_from_is_left_to_it_and
         shutil.copyfile(elsewhere / "archive.duckdb", away / "r1.duckdb")
         kept = (away / "r1.duckdb").read_bytes()
         for _ in range(2):
-            kind, data = mine.make(1)
+            kind, data = _made(mine, 1)
             assert kind == "archive-backed-up" and "away" not in data and (away / "r1.duckdb").read_bytes() == kept
         assert data["away_error"] == "the run was resumed elsewhere from this copy"
         assert len(notices) == 1 and notices[0].startswith(
@@ -412,6 +420,50 @@ def test_a_copy_in_backup_dir_that_another_driver_resumed_from_is_left_to_it_and
         later = Away(str(away), "r1", started, ("here", 33), time.time())
         assert later.copy(run_dir / "archive.backup.duckdb", 60.0, notices)["away"] == str(away / "r1.duckdb")
         assert _search_ids(away / "r1.duckdb") == {"a"}
+
+
+def test_a_hung_backup_dir_holds_up_its_copy_and_never_the_backups_or_the_runs_end(tmp_path, capsys):
+    """A network mount whose server is gone blocks whatever opens a file on it. Here the copy's
+    target is a FIFO, whose open blocks the same way: the backup itself is made at once, no second
+    copy is begun while the first hangs (said once), the run's end waits EXIT_WAIT_S at most and
+    says so; when the mount answers again, the copy ends with its reason and copies resume."""
+    away, run_dir = tmp_path / "away", tmp_path / "run"
+    away.mkdir()
+    run_dir.mkdir()
+    hung = away / "r1.duckdb"
+    os.mkfifo(hung)
+    with DuckDBArchive(run_dir / "archive.duckdb") as archive:
+        archive.create_run("r1", {})
+        archive.record([(cand("a"), ok("a", -1.0))])
+        notices: list[str] = []
+        backups = Backups(60.0, archive, run_dir, notices, now=0.0,
+                          away=Away(str(away), "r1", archive.get_run("r1")["started_at"]))
+        began = time.monotonic()
+        kind, data = backups.make(1)  # the copy is begun, and hangs
+        assert kind == "archive-backed-up" and set(data) == {"bytes", "seconds", "search_evaluations"}, data
+        assert _search_ids(run_dir / "archive.backup.duckdb") == {"a"}
+        archive.record([(cand("b"), ok("b", -1.0))])
+        for _ in range(2):
+            kind, data = backups.make(2)
+            assert data["away_error"].startswith("still being made (begun at "), data
+        assert _search_ids(run_dir / "archive.backup.duckdb") == {"a", "b"}  # the backups go on
+        assert time.monotonic() - began < 10
+        assert len(notices) == 1 and "has not finished (a slow or hung mount?); the run goes on" in notices[0], notices
+        assert backups.copied() == [] and backups.away.close(notices, wait_s=0.2) == [("backup-copied", {
+            "away_error": f"left unfinished at the run's end (begun at {stamp(backups.away._begun)})"})]
+        err = capsys.readouterr().err
+        assert "atoll: waiting up to 0.2 s for the backup's copy in controller.backup_dir" in err, err
+        assert "is left unfinished (a slow or hung mount?); the last whole copy there " in err, err
+        notices.clear()
+        answer = os.open(hung, os.O_WRONLY | os.O_NONBLOCK)  # the mount answers: the open returns ...
+        os.unlink(hung)  # ... on what is no archive of this run
+        os.close(answer)
+        copied = backups.close()
+        assert [kind for kind, _ in copied] == ["backup-copied"], copied
+        assert "is not this run's archive" in copied[0][1]["away_error"] and copied[0][1]["search_evaluations"] == 1
+        assert len(notices) == 2 and " ended after " in notices[0] and "could not be written" in notices[1], notices
+        kind, data = _made(backups, 2)  # the next backup is copied as before
+        assert data["away"] == str(away / "r1.duckdb") and _search_ids(away / "r1.duckdb") == {"a", "b"}
 
 
 def test_a_backup_holds_what_was_committed_while_a_live_read_is_open_and_a_full_disk_keeps_the_last(tmp_path):
