@@ -86,7 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name, text in (("resume", "continue a stopped or crashed run"), ("status", "show a run's state"),
                        ("best", "show the best program and its held-out metrics")):
         p = _command(sub, name, text)
-        p.add_argument("run_dir", help="a run directory (holds archive.duckdb)")
+        p.add_argument("run_dir", help="a run directory (holds archive.duckdb)" + ("" if name == "resume" else
+                       "; or an archive file, read where it lies: a backup, or its copy in controller.backup_dir"))
     sub.choices["best"].add_argument("--out", metavar="FILE", help="also write the program to FILE, ready to "
                                                                     "import or to run with the domain's simulator")
     report = _command(sub, "report", "print a finished run's held-out table again (scores only what the "
@@ -110,7 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
     query = _command(sub, "query", "run read-only SQL on a run's archive (also while it is live), "
                                          "or with --library across every run the library knows",
                            epilog=QUERY_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    query.add_argument("run_dir", nargs="?", help="a run directory (not with --library)")
+    query.add_argument("run_dir", nargs="?", help="a run directory, or an archive file (a backup, or its copy in "
+                                                  "controller.backup_dir) read where it lies (not with --library)")
     query.add_argument("sql", help='e.g. "SELECT * FROM best_per_island"')
     query.add_argument("--json", action="store_true", help="print rows as JSON lines")
     query.add_argument("--library", action="store_true", help="query the library: runs, skills, elites, and "

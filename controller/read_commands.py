@@ -25,7 +25,7 @@ console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ e
 
 def cmd_status(args) -> int:
     from controller.rundir import STOPPED
-    from store.query import is_damaged, is_live
+    from store.query import is_archive_file, is_damaged, is_live
 
     run_dir = Path(args.run_dir)
     sql = ("SELECT r.run_id, r.status, r.started_at, r.ended_at, "
@@ -38,6 +38,16 @@ def cmd_status(args) -> int:
         cols, rows, note = query_run(run_dir, sql)
     except UserError:  # an archive from before the sandbox's protections were stored
         cols, rows, note = query_run(run_dir, sql.replace(", array_to_string(r.protections, ', ') AS sandbox", ""))
+    if is_archive_file(run_dir):  # a backup or its copy: the run as it stood then, never live
+        print_rows(cols, [(run_id, "running then" if status == "running" else status, *rest)
+                          for run_id, status, *rest in rows], note)
+        if rows:
+            _status_llm(run_dir, rows[-1][0])
+        from controller.backup import when
+
+        console.print(f"{run_dir} is an archive file (a backup, or its copy off a machine) of {when(run_dir)}; "
+                      f"to continue its run from it: atoll resume NEWDIR --from-backup {run_dir}", soft_wrap=True)
+        return 0
     unheld = not is_live(note) and not is_damaged(note)  # the query read the file: no live driver holds it
     rows = [(run_id, STOPPED if unheld and status == "running" else status, *rest) for run_id, status, *rest in rows]
     print_rows(cols, rows, note)

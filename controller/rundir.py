@@ -33,6 +33,11 @@ def open_archive(run_dir: Path, read_only: bool = False, patience_s: float = 3.0
     from store.readonly import is_lock_error
 
     if not (run_dir / ARCHIVE).is_file():
+        if run_dir.name == ARCHIVE and run_dir.is_file():
+            raise UserError(f"{run_dir} is a run's archive: give its run directory, {run_dir.parent}")
+        if run_dir.is_file():  # a backup or its copy: status, query and best read it where it lies
+            raise UserError(f"{run_dir} is an archive file, not a run directory: to continue its run from it, "
+                            f"atoll resume NEWDIR --from-backup {run_dir}")
         raise UserError(f"{run_dir} is not a run directory (no {ARCHIVE} in it){backup_left(run_dir)}")
     deadline = time.monotonic() + patience_s
     while True:

@@ -51,15 +51,28 @@ def is_live(note: str | None) -> bool:
 
 
 def _archive_of(run_dir: Path) -> Path:
+    """The archive a run directory holds, or the archive file given itself (a backup, or its copy in
+    `controller.backup_dir`, read where it lies)."""
+    if is_archive_file(run_dir):
+        return run_dir
     archive = run_dir / ARCHIVE
     if not archive.is_file():
-        raise QueryError(f"{run_dir} is not a run directory (no {ARCHIVE} in it)")
+        raise QueryError(f"{run_dir} is not a run directory (no {ARCHIVE} in it), nor an archive file")
     return archive
 
 
+def is_archive_file(path: Path) -> bool:
+    """A file given where a run directory goes: an archive read as it lies (not a run's own archive.duckdb,
+    which is read as its run directory's, from its live driver while one holds it)."""
+    return path.name != ARCHIVE and path.is_file()
+
+
 def run_query(run_dir: str | Path, sql: str) -> tuple[list[str], list[tuple], str | None]:
-    """Run read-only `sql` (one or more statements); returns the last one's columns and rows, and a note."""
+    """Run read-only `sql` (one or more statements) on a run directory's archive, or on an archive file;
+    returns the last one's columns and rows, and a note."""
     run_dir = Path(run_dir)
+    if run_dir.name == ARCHIVE and run_dir.is_file():  # a run's archive.duckdb: its run directory
+        run_dir = run_dir.parent
     archive = _archive_of(run_dir)
     statements = reads(sql)
     try:
@@ -69,6 +82,8 @@ def run_query(run_dir: str | Path, sql: str) -> tuple[list[str], list[tuple], st
             raise QueryError(_damaged(f"{archive} does not open: {first_line(exc)}", readable=False)) from None
         if not is_lock_error(exc) and "same database file" not in str(exc):
             raise QueryError(f"cannot open {archive}: {first_line(exc)}") from None
+        if archive == run_dir:  # a file outside any run directory: no driver answers for it
+            raise QueryError(f"{archive} is held by another process ({first_line(exc)}); retry once it is done") from None
         return _ask_holder(run_dir, sql, first_line(exc))
     note = None
     try:

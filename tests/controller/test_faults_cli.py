@@ -347,6 +347,16 @@ def test_a_run_whose_machine_is_lost_resumes_elsewhere_from_its_copy_in_backup_d
     assert f"backup's copy off this machine: {copy}, of " in shown, shown
     assert f"(if this machine is lost: atoll resume NEWDIR --from-backup {copy})" in shown, shown
     shutil.rmtree(tmp_path / "machine")  # the machine is lost, and its disk with it
+    shown = atoll(tmp_path, "status", copy)  # what the copy holds, read where it lies
+    assert shown.returncode == 0 and "running then" in shown.stdout, shown.stdout + shown.stderr
+    assert (f"{copy} is an archive file (a backup, or its copy off a machine) of " in shown.stdout and
+            f"to continue its run from it: atoll resume NEWDIR --from-backup {copy}" in shown.stdout), shown.stdout
+    wrong = atoll(tmp_path, "resume", copy)  # a file is resumed into a run directory of its own
+    assert wrong.returncode == 2 and _one_line(wrong.stderr) == (
+        f"atoll: {copy} is an archive file, not a run directory: to continue its run from it, atoll resume NEWDIR "
+        f"--from-backup {copy}"), wrong.stderr
+    best = atoll(tmp_path, "best", copy, "--out", tmp_path / "best.py")
+    assert best.returncode == 0 and (tmp_path / "best.py").read_text().strip() in best.stdout, best.stderr
     elsewhere = tmp_path / "elsewhere" / "run"
     done = atoll(tmp_path, "resume", elsewhere, "--from-backup", copy, "--no-report", "--set",
                  f"run.max_evals={budget + 4}")

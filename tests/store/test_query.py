@@ -85,6 +85,32 @@ def test_not_a_run_directory(tmp_path):
         run_query(tmp_path, "SELECT 1")
 
 
+def test_an_archive_file_is_read_where_it_lies_and_a_runs_own_file_as_its_run_directory(run_dir, tmp_path):
+    """A backup, or its copy in controller.backup_dir, is given as the file; a run's archive.duckdb given as
+    a file is its run directory's (answered by its live driver while one holds it). A file held by a
+    writer, and a file that is no archive, are one line each."""
+    copy = tmp_path / "elsewhere" / "run-1.duckdb"
+    copy.parent.mkdir()
+    copy.write_bytes((run_dir / "archive.duckdb").read_bytes())
+    assert run_query(copy, "SELECT run_id FROM runs")[1:] == ([("r1",)], None)
+    assert run_query(run_dir / "archive.duckdb", "SELECT run_id FROM runs")[1:] == ([("r1",)], None)
+    with pytest.raises(QueryError, match="read-only"):
+        run_query(copy, "DELETE FROM runs")
+    (tmp_path / "notes.txt").write_text("not an archive\n")
+    with pytest.raises(QueryError, match=r"^cannot open .*notes.txt: .*not a valid DuckDB database file"):
+        run_query(tmp_path / "notes.txt", "SELECT 1")
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(copy), str(copy.parent)], cwd=ROOT, text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    try:
+        assert writer.stdout.readline().strip() == "ready"
+        with pytest.raises(QueryError, match=r"run-1.duckdb is held by another process \(.*lock.*\); retry once"):
+            run_query(copy, "SELECT count(*) FROM runs")
+    finally:
+        writer.stdin.close()
+        writer.wait(timeout=30)
+    assert run_query(copy, "SELECT count(*) FROM runs")[1] == [(2,)]
+
+
 WRITER = """
 import sys
 from store.duckdb_archive import DuckDBArchive
