@@ -21,6 +21,7 @@ EPILOG = """examples:
   atoll status runs/try
   atoll query runs/try "SELECT * FROM mutator_success"
   atoll best runs/try
+  atoll progress runs/try                           still improving? the best so far, each improvement
   atoll watch runs/try                              live status and events; also pause, continue, stop
   atoll set runs/try run.max_evals=800              change the budget of a live run
   atoll report runs/try                             the held-out table again (after a stopped report)
@@ -88,6 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
         p = _command(sub, name, text)
         p.add_argument("run_dir", help="a run directory (holds archive.duckdb)" + ("" if name == "resume" else
                        "; or an archive file, read where it lies: a backup, or its copy in controller.backup_dir"))
+    progress = _command(sub, "progress", "is the search still improving? its best so far over the evaluations, "
+                                         "each improvement, and each island's last one (also while it is live)")
+    progress.add_argument("run_dir", help="a run directory, or an archive file (a backup, or its copy in "
+                                          "controller.backup_dir)")
+    progress.add_argument("--json", action="store_true", help="print each improvement of the run's best as a "
+                                                              "JSON line (evaluation, made, score, island, source, "
+                                                              "program_id), e.g. to plot")
     sub.choices["best"].add_argument("--out", metavar="FILE", help="also write the program to FILE, ready to "
                                                                     "import or to run with the domain's simulator")
     report = _command(sub, "report", "print a finished run's held-out table again (scores only what the "
