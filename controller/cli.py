@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = _command(sub, name, text)
         p.add_argument("run_dir", help="a run directory (holds archive.duckdb)" + ("" if name == "resume" else
                        "; or an archive file, read where it lies: a backup, or its copy in controller.backup_dir"))
-    progress = _command(sub, "progress", "is the search still improving? its best so far over the evaluations, "
+    progress = _command(sub, "progress", "whether the search still improves: its best so far over the evaluations, "
                                          "each improvement, and each island's last one (also while it is live)")
     progress.add_argument("run_dir", help="a run directory, or an archive file (a backup, or its copy in "
                                           "controller.backup_dir)")
