@@ -20,9 +20,12 @@ on: a slow or hung network mount delays the copy, never the run.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import queue
+import re
 import shutil
+import socket
 import sys
 import threading
 import time
@@ -122,12 +125,16 @@ class Away:
     """
 
     EXIT_WAIT_S = 10.0  # how long the run's end waits for a copy still being made
+    WHAT, EVERY, KIND = "the backup's copy", "controller.backup_every_s", "backup-copied"  # (LibraryAway's own)
 
     def __init__(self, folder: str, run_id: str, started_at, session: tuple[str, int] = ("", 0),
                  since: float = 0.0):
-        self.target = away_path(folder, run_id)
+        self._start(away_path(folder, run_id))
         self.run_id, self.started_at = run_id, started_at
         self.session, self.since = session, since  # this driver's (host, pid), and when its session began
+
+    def _start(self, target: Path) -> None:
+        self.target = target
         self.failed = False
         self.elsewhere = False
         self._thread: threading.Thread | None = None
@@ -141,7 +148,7 @@ class Away:
             since = f"still being made (begun at {stamp(self._begun)})"
             if not self._stall_said:  # said once until that copy ends
                 self._stall_said = True
-                notices.append(f"atoll: the backup's copy in controller.backup_dir ({self.target}), begun at "
+                notices.append(f"atoll: {self.WHAT} in controller.backup_dir ({self.target}), begun at "
                                f"{stamp(self._begun)}, has not finished (a slow or hung mount?); the run goes on, "
                                "no other copy is begun until it ends, and the last whole copy there stays")
             return {"away_error": since}
@@ -166,10 +173,10 @@ class Away:
                 return events
             if self._stall_said:  # (this thread alone reads and sets it)
                 self._stall_said = False
-                notices.append(f"atoll: the backup's copy in controller.backup_dir begun at {stamp(self._begun)} "
+                notices.append(f"atoll: {self.WHAT} in controller.backup_dir begun at {stamp(self._begun)} "
                                f"ended after {ended - self._begun:.0f} s; the next backup is copied as before")
             notices.extend(said)
-            events.append(("backup-copied", data))
+            events.append((self.KIND, data))
 
     def close(self, notices: list, wait_s: float | None = None) -> list:
         """Wait up to `wait_s` (EXIT_WAIT_S) for a copy still being made; the events of those that ended.
@@ -177,17 +184,17 @@ class Away:
         thread = self._thread
         if thread is not None and thread.is_alive():
             wait_s = self.EXIT_WAIT_S if wait_s is None else wait_s
-            print(f"atoll: waiting up to {wait_s:g} s for the backup's copy in controller.backup_dir ({self.target}) "
+            print(f"atoll: waiting up to {wait_s:g} s for {self.WHAT} in controller.backup_dir ({self.target}) "
                   "to end", file=sys.stderr, flush=True)
             try:
                 thread.join(wait_s)
             except KeyboardInterrupt:
                 pass
             if thread.is_alive():
-                print(f"atoll: the backup's copy in controller.backup_dir begun at {stamp(self._begun)} is left "
+                print(f"atoll: {self.WHAT} in controller.backup_dir begun at {stamp(self._begun)} is left "
                       f"unfinished (a slow or hung mount?); the last whole copy there ({self.target}) stays",
                       file=sys.stderr, flush=True)
-                return [("backup-copied", {"away_error": f"left unfinished at the run's end (begun at "
+                return [(self.KIND, {"away_error": f"left unfinished at the run's end (begun at "
                                                          f"{stamp(self._begun)})"})]
         return self.finished(notices)
 
@@ -197,7 +204,8 @@ class Away:
             return {"away_error": "the run was resumed elsewhere from this copy"}
         began = time.monotonic()
         try:
-            self._check_target()
+            if not self._check_target(backup):
+                return {}
             size = backup.stat().st_size
             free = shutil.disk_usage(self.target.parent).free
             if free < size:
@@ -213,19 +221,19 @@ class Away:
             why = getattr(exc, "strerror", None) or str(exc).strip().splitlines()[0]
             if not self.failed:  # said once until a copy works again
                 self.failed = True
-                notices.append(f"atoll: the backup's copy in controller.backup_dir could not be written "
+                notices.append(f"atoll: {self.WHAT} in controller.backup_dir could not be written "
                                f"({self.target}: {why}); the run goes on, and the last copy there stays; tries "
-                               f"again every {every_s:g} s (controller.backup_every_s)")
+                               f"again every {every_s:g} s ({self.EVERY})")
             return {"away_error": why}
         if self.failed:
             self.failed = False
-            notices.append(f"atoll: the backup's copy in controller.backup_dir is written again ({self.target})")
+            notices.append(f"atoll: {self.WHAT} in controller.backup_dir is written again ({self.target})")
         return {"away": str(self.target), "away_seconds": round(time.monotonic() - began, 3)}
 
-    def _check_target(self) -> None:
-        """Raise OSError where the target is there and holds another run (or no archive)."""
+    def _check_target(self, source: Path) -> bool:
+        """Whether to copy `source`; OSError where the target is there and holds another run (or no archive)."""
         if not self.target.exists():
-            return
+            return True
         try:
             con = duckdb.connect(str(self.target), read_only=True)
             try:
@@ -243,6 +251,65 @@ class Away:
             raise ResumedElsewhere(errno.EEXIST, f"this run was resumed from its copy in controller.backup_dir on "
                                                  f"{last[0][1]} (pid {last[0][2]}) at {stamp(last[0][0])}, after this "
                                                  "driver began")
+        return True
+
+
+class LibraryAway(Away):
+    """The copy of the library's backup in `controller.backup_dir`, as library-HOST-KEY.duckdb (KEY from
+    the library's path): memory across runs that survives the machine, as the run's own copy does.
+
+    A library only grows (runs, elites, skills; a retired skill stays), so a copy there that knows a
+    run this library does not is another library's (a new machine of the same name, say) and is
+    left as it is, and said once. A copy at least as new as the backup is not made again.
+    """
+
+    WHAT, EVERY, KIND = "the library's copy", "memory.backup_every_s", "library-copied"
+
+    def __init__(self, folder: str, library: Path):
+        self._start(library_away_path(folder, library))
+
+    def _check_target(self, source: Path) -> bool:
+        if not self.target.exists():
+            return True
+        if self.target.stat().st_mtime >= source.stat().st_mtime:
+            return False  # that backup is there already
+        try:
+            theirs, ours = _runs_of(self.target), _runs_of(source)
+        except duckdb.Error as exc:
+            raise OSError(errno.EEXIST, "the file there is not a library's copy, and is left as it is "
+                                        f"({str(exc).strip().splitlines()[0][:200]})") from None
+        if theirs - ours:
+            raise OSError(errno.EEXIST, f"the file there holds another library (it knows {len(theirs - ours)} runs "
+                                        "this one does not), and is left as it is")
+        return True
+
+
+def _runs_of(library: Path) -> set[str]:
+    con = duckdb.connect(str(library), read_only=True)
+    try:
+        return {run_id for (run_id,) in con.execute("SELECT run_id FROM runs").fetchall()}
+    finally:
+        con.close()
+
+
+def library_away_path(folder: str, library: Path) -> Path:
+    """Where a library's backups are copied in `controller.backup_dir`: named for this host and the
+    library's path, so the libraries of several machines (or users) sharing the folder keep apart."""
+    host = re.sub(r"[^A-Za-z0-9.-]+", "-", socket.gethostname())[:40] or "host"
+    key = hashlib.sha256(str(Path(library).expanduser().resolve()).encode()).hexdigest()[:8]
+    return Path(folder).expanduser() / f"library-{host}-{key}.duckdb"
+
+
+def library_copy_for(folder: Path, run_id: str) -> Path | None:
+    """The newest library copy in `folder` (a controller.backup_dir) that knows the run `run_id`, if any."""
+    found = []
+    for path in folder.glob("library-*.duckdb"):
+        try:
+            if run_id in _runs_of(path):
+                found.append((path.stat().st_mtime, path))
+        except (duckdb.Error, OSError):  # another file, or one being replaced: not this run's library
+            continue
+    return max(found)[1] if found else None
 
 
 def away_path(folder: str, run_id: str) -> Path:

@@ -110,6 +110,8 @@ def cmd_resume(args) -> int:
         config, moved = resumed_config(run["config"], changes, done)
         _models_checked(config)
         _backup_dir_checked(config)
+        if source and source is not True:
+            _library_from_copy(config, Path(source).expanduser(), run_id)
         args.control = _control_setup(config)
         if changes:
             archive.con.execute("UPDATE runs SET config = ? WHERE run_id = ?",
@@ -126,6 +128,37 @@ def cmd_resume(args) -> int:
         console.print(f"atoll resuming {run_id}: {done}/{config.run.max_evals} evaluations done")
         _connect(args.ray_address)
         return _search(config, archive, run_id, run_dir, args)
+
+
+def _library_from_copy(config, source: Path, run_id: str) -> None:
+    """A run resumed from its copy in controller.backup_dir (its machine lost): the library's copy in
+    the same folder that knows the run becomes this machine's library where it has none yet, so its
+    skills and elites go on with the run; beside another library it is named, and left there."""
+    from controller.backup import library_copy_for, stamp
+    from store.duckdb_archive import ArchiveDamaged, copy_whole
+    from store.library import default_path
+
+    if not config.memory.enabled:
+        return
+    copy = library_copy_for(source.parent, run_id)
+    if copy is None:
+        return
+    library = default_path(config.memory.library)
+    if library.exists():
+        console.print(f"atoll: the library's copy {copy} (of {stamp(copy.stat().st_mtime)}) knows this run; this "
+                      f"machine's library, {library}, is used as it is (to go on with the copy instead, point "
+                      "ATOLL_LIBRARY at a copy of it)", soft_wrap=True)
+        return
+    try:
+        library.parent.mkdir(parents=True, exist_ok=True)
+        copy_whole(copy, library)
+    except (OSError, ArchiveDamaged) as exc:  # the run goes on with a library of its own
+        why = getattr(exc, "strerror", None) or str(exc)
+        console.print(f"atoll: the library's copy {copy}, which knows this run, could not be put in place ({library}: "
+                      f"{why}); the run goes on with a new library", soft_wrap=True)
+        return
+    console.print(f"atoll: this machine had no library: the library's copy {copy} (of {stamp(copy.stat().st_mtime)}), "
+                  f"which knows this run, is now its library ({library})", soft_wrap=True)
 
 
 def _backup_dir_checked(config) -> None:

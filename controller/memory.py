@@ -21,6 +21,7 @@ from typing import Callable
 
 import numpy as np
 
+from controller.backup import LibraryAway
 from controller.fingerprint import fingerprint
 from controller.rundir import ARCHIVE
 from controller.skill_learning import SkillLearner
@@ -97,6 +98,9 @@ class RunMemory:
         self.last_flush, self.flush_error = 0.0, ""
         self.notices: list[str] = []  # lines for stderr during the run (controller.progress)
         self.backup_failed, self.backup_retry_at = False, 0.0
+        # the library's backups also copied off this machine (controller.backup_dir), as the run's are
+        self.away = (LibraryAway(config.controller.backup_dir, self.library.path)
+                     if self.library is not None and config.controller.backup_dir else None)
         self.known_at: str | None = None  # where the library knew this run before this driver's first write
         self.learner = SkillLearner(self.domain, self.fingerprint, entry_point, self.memory.validate_every,
                                     self.memory.min_gain, self._validated())
@@ -105,6 +109,7 @@ class RunMemory:
         self.rng = np.random.default_rng([config.run.seed, 16])
         best = archive.best_program(run_id, "search")
         self.flush(archive.count_evaluations(run_id, "search"), best and best["score"], force=True)
+        self._copy_away()  # a backup made before backup_dir was set, or whose copy a lost driver left unmade
         self._say_if_copied()
 
     def _say_if_copied(self) -> None:
@@ -313,6 +318,16 @@ class RunMemory:
         if made and self.backup_failed:
             self.notices.append(f"atoll: the library's backup is made again ({self.library.backup_path})")
             self.backup_failed = False
+        if made:
+            self._copy_away()
+        elif self.away is not None:
+            self.away.finished(self.notices)  # what a copy that ended said
+
+    def _copy_away(self) -> None:
+        """Begin copying the library's backup to controller.backup_dir, in a thread of its own (a copy
+        there at least as new is left as it is)."""
+        if self.away is not None and self.library.backup_path.is_file():
+            self.away.begin(self.library.backup_path, self.memory.backup_every_s, 0, self.notices)
 
     def _backup_failure(self, exc: Exception) -> str:
         if isinstance(exc, OSError):
@@ -346,7 +361,21 @@ class RunMemory:
                 self.library.back_up(self.memory.backup_every_s)
         except (LibraryError, OSError) as exc:
             line += f"; its backup was not made ({self._backup_failure(exc)})"
-        return line
+        return line + self._away_at_end()
+
+    def _away_at_end(self) -> str:
+        """At the run's end: the library's backup copied off this machine, waited for a little; what the
+        finish line adds."""
+        if self.away is None:
+            return ""
+        self._copy_away()
+        copied = self.away.close([])  # (a failure is said in the finish line)
+        data = copied[-1][1] if copied else {}
+        if "away" in data:
+            return f"; its backup copied to {data['away']}"
+        if "away_error" in data:
+            return f"; its backup's copy in controller.backup_dir failed ({data['away_error']})"
+        return ""
 
     def _contribution(self) -> tuple[list[dict], list[dict], list[dict]]:
         con = self.archive.con

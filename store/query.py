@@ -57,7 +57,7 @@ def _archive_of(run_dir: Path) -> Path:
         return run_dir
     archive = run_dir / ARCHIVE
     if not archive.is_file():
-        raise QueryError(f"{run_dir} is not a run directory (no {ARCHIVE} in it), nor an archive file")
+        raise QueryError(f"{run_dir} is not a run directory (no {ARCHIVE} in it)")
     return archive
 
 

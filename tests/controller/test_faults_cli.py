@@ -335,11 +335,14 @@ def test_a_run_whose_machine_is_lost_resumes_elsewhere_from_its_copy_in_backup_d
         assert not run_dir.exists()  # refused before the run exists
     away.mkdir(parents=True)
     out = atoll(tmp_path, "run", CONFIG, "--run-dir", run_dir, "--max-evals", budget, "--no-report", *TINY,
-                "--set", "controller.backup_every_s=0.3", "--set", f"controller.backup_dir={away}")
+                "--set", "controller.backup_every_s=0.3", "--set", f"controller.backup_dir={away}",
+                "--set", "memory.backup_every_s=0.3")
     assert out.returncode == 0, out.stderr
-    copies = list(away.iterdir())
-    assert len(copies) == 1 and copies[0].name.startswith("run-") and copies[0].suffix == ".duckdb", copies
-    copy = copies[0]
+    copies = sorted(away.iterdir())  # the run's backup, and the library's (memory across runs)
+    assert [c.name.split("-")[0] for c in copies] == ["library", "run"], copies
+    library_copy, copy = copies
+    assert copy.suffix == library_copy.suffix == ".duckdb", copies
+    assert f"; its backup copied to {library_copy}\n" in out.stdout, out.stdout
     assert f"backups every 0.3 s, also off this machine: {copy}\n" in out.stdout, out.stdout
     saved = committed_ids(away, copy.name)
     assert saved and saved <= committed_ids(run_dir)
@@ -358,9 +361,16 @@ def test_a_run_whose_machine_is_lost_resumes_elsewhere_from_its_copy_in_backup_d
     best = atoll(tmp_path, "best", copy, "--out", tmp_path / "best.py")
     assert best.returncode == 0 and (tmp_path / "best.py").read_text().strip() in best.stdout, best.stderr
     elsewhere = tmp_path / "elsewhere" / "run"
+    library = tmp_path / "elsewhere" / "library.duckdb"  # that machine has no library yet
     done = atoll(tmp_path, "resume", elsewhere, "--from-backup", copy, "--no-report", "--set",
-                 f"run.max_evals={budget + 4}")
+                 f"run.max_evals={budget + 4}", ATOLL_LIBRARY=str(library))
     assert done.returncode == 0, done.stderr
+    assert (f"atoll: this machine had no library: the library's copy {library_copy} (of " in done.stdout and
+            f"which knows this run, is now its library ({library})" in done.stdout), done.stdout
+    import duckdb
+
+    with duckdb.connect(str(library), read_only=True) as con:  # its skills and elites go on with the run
+        assert (copy.stem,) in con.execute("SELECT run_id FROM runs").fetchall()
     assert f"atoll: the archive is now the backup {copy} of " in done.stdout, done.stdout
     assert f"({len(saved)} search evaluations committed then;" in done.stdout
     assert saved <= committed_ids(elsewhere) and counts(elsewhere) == (budget + 4, budget + 4)

@@ -1,5 +1,7 @@
 """The library file shared by runs: created when missing, refused (never reset) when damaged or
 newer, and written by several processes at once without losing a row."""
+import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -197,3 +199,48 @@ def test_a_backup_is_made_at_most_hourly_and_a_damaged_library_says_how_to_go_ba
     assert lib.backup_path.read_bytes() == saved and not list(tmp_path.glob("*.tmp"))  # never replaced by damage
     subprocess.run(way_back, shell=True, check=True)  # what the message says to do
     assert {s["skill_id"] for s in lib.transaction(lambda con: records.skills(con))} == {"sk-1", "sk-2"}
+
+
+def _with_run(lib: Library, run: str) -> None:
+    lib.transaction(lambda con: records.upsert_run(con, {"run_id": run, "run_dir": "/runs/" + run, "domain": "inventory",
+                                                         "fingerprint": "fp", "config": {}, "status": "running",
+                                                         "evaluations": 1}))
+
+
+def test_the_librarys_copy_in_backup_dir_is_its_own_never_another_librarys_and_is_found_by_a_run_it_knows(tmp_path):
+    """controller.backup_dir gets the library's backups too (controller.backup.LibraryAway), named for this
+    host and the library's path; a copy there that knows a run this library does not (another machine's
+    library of the same name, a fresh library on a new machine) is never overwritten, and a copy at
+    least as new as the backup is not made again."""
+    from controller.backup import LibraryAway, library_away_path, library_copy_for
+
+    away = tmp_path / "away"
+    away.mkdir()
+    lib = Library(tmp_path / "here" / "library.duckdb")
+    _with_run(lib, "r1")
+    assert lib.back_up(older_than_s=0)
+    copier = LibraryAway(str(away), lib.path)
+    assert copier.target == library_away_path(str(away), lib.path) and copier.target.name.startswith("library-")
+
+    def copied() -> dict:
+        assert copier.begin(lib.backup_path, 3600.0, 0, []) == {}
+        events = copier.close([])
+        assert [kind for kind, _ in events] == ["library-copied"], events
+        return events[0][1]
+    assert copied()["away"] == str(copier.target) and library_copy_for(away, "r1") == copier.target
+    assert "away" not in copied()  # that backup is there already
+    _with_run(lib, "r2")
+    assert lib.back_up(older_than_s=0) and copied()["away"] == str(copier.target)
+    assert library_copy_for(away, "r2") == copier.target and library_copy_for(away, "r9") is None
+    fresh = Library(tmp_path / "new-machine" / "library.duckdb")  # the same name: what a new machine would write
+    _with_run(fresh, "r3")
+    assert fresh.back_up(older_than_s=0)
+    shutil.copyfile(copier.target, tmp_path / "kept.duckdb")
+    os.utime(copier.target, (1, 1))  # older than that backup, so only what the copy holds decides
+    notices: list[str] = []
+    assert copier.begin(fresh.backup_path, 3600.0, 0, notices) == {}
+    data = copier.close(notices)[0][1]
+    assert "holds another library (it knows 2 runs this one does not)" in data["away_error"], data
+    assert len(notices) == 1 and "the library's copy in controller.backup_dir could not be written" in notices[0]
+    assert "memory.backup_every_s" in notices[0] and library_copy_for(away, "r1") == copier.target
+    assert copier.target.read_bytes() == (tmp_path / "kept.duckdb").read_bytes()
