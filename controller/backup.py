@@ -120,8 +120,8 @@ class Away:
 
     Each copy is made in a thread of its own (`begin`), one at a time, while the loop goes on: a
     network mount that is slow, or hangs (a hard NFS mount whose server is gone), holds up the copy
-    and not the search. A backup made while the last copy is still being made is not copied, and the
-    stall is said once. The loop archives each finished copy as a `backup-copied` event (`finished`).
+    and not the search. A backup made while the last copy is still being made is not copied, and a
+    copy still being made a whole backup interval after it began is said once. The loop archives each finished copy as a `backup-copied` event (`finished`).
     """
 
     EXIT_WAIT_S = 10.0  # how long the run's end waits for a copy still being made
@@ -146,7 +146,7 @@ class Away:
         """Start copying the fresh backup `backup` in a thread; what the backup's event adds ({} when begun)."""
         if self._thread is not None and self._thread.is_alive():
             since = f"still being made (begun at {stamp(self._begun)})"
-            if not self._stall_said:  # said once until that copy ends
+            if not self._stall_said and time.time() - self._begun >= every_s:  # said once until that copy ends
                 self._stall_said = True
                 notices.append(f"atoll: {self.WHAT} in controller.backup_dir ({self.target}), begun at "
                                f"{stamp(self._begun)}, has not finished (a slow or hung mount?); the run goes on, "
@@ -184,10 +184,12 @@ class Away:
         thread = self._thread
         if thread is not None and thread.is_alive():
             wait_s = self.EXIT_WAIT_S if wait_s is None else wait_s
-            print(f"atoll: waiting up to {wait_s:g} s for {self.WHAT} in controller.backup_dir ({self.target}) "
-                  "to end", file=sys.stderr, flush=True)
             try:
-                thread.join(wait_s)
+                thread.join(min(1.0, wait_s))  # most copies take well under a second: nothing to say
+                if thread.is_alive():
+                    print(f"atoll: waiting up to {wait_s:g} s for {self.WHAT} in controller.backup_dir "
+                          f"({self.target}) to end", file=sys.stderr, flush=True)
+                    thread.join(max(0.0, wait_s - 1.0))
             except KeyboardInterrupt:
                 pass
             if thread.is_alive():
@@ -205,7 +207,7 @@ class Away:
         began = time.monotonic()
         try:
             if not self._check_target(backup):
-                return {}
+                return {"away": str(self.target), "away_seconds": 0.0}  # it holds this backup already
             size = backup.stat().st_size
             free = shutil.disk_usage(self.target.parent).free
             if free < size:
