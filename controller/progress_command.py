@@ -41,13 +41,7 @@ def cmd_progress(args) -> int:
     if not runs:
         raise UserError(f"{run_dir} holds no run yet")
     run_id = runs[0][0]
-    ordered = _ORDERED.format(run=run_id.replace("'", "''"))
-    _, head, note = query_run(run_dir, (
-        f"WITH o AS ({ordered}) SELECT count(*), max(best), count(*) FILTER (WHERE ok), "
-        "max(n) FILTER (WHERE ok AND (before IS NULL OR score > before)), "
-        "max(created_at) FILTER (WHERE ok AND (before IS NULL OR score > before)), "
-        "any_value(score) FILTER (WHERE mutator = 'seed') FROM o"))
-    total, best, scored, last_n, last_at, seed = head[0]
+    ordered, (total, best, scored, last_n, last_at, seed), note = _head(run_dir, run_id)
     if not total:
         raise UserError(f"{run_dir}: run {run_id} has no search evaluation yet")
     if args.json:
@@ -61,18 +55,17 @@ def cmd_progress(args) -> int:
     _, buckets, _ = query_run(run_dir, (
         f"WITH o AS ({ordered}) SELECT floor((n - 1) * {width} / {total})::INT AS b, max(best) FROM o GROUP BY b"))
     console.print(f"best so far, evaluations 1 to {total:,}: {spark(dict(buckets), width)}", soft_wrap=True)
-    from controller.backup import stamp
-
-    console.print(f"last improvement: evaluation {last_n:,} of {total:,} ({total - last_n:,} evaluations since; "
-                  f"made {stamp(last_at)})", soft_wrap=True)
+    console.print(f"last improvement: {_last(total, last_n, last_at)}", soft_wrap=True)
     cols, rows, _ = query_run(run_dir, (
-        f"WITH o AS ({ordered}) SELECT n AS evaluation, strftime(to_timestamp(created_at), '%Y-%m-%d %H:%M:%S') "
-        "AS made, score, score - before AS gain, island, mutator AS source, program_id FROM o "
+        f"WITH o AS ({ordered}) SELECT n AS evaluation, created_at AS made, "
+        "score, score - before AS gain, island, mutator AS source, program_id FROM o "
         "WHERE ok AND (before IS NULL OR score > before) ORDER BY n"))
     shown = rows[-SHOWN:]
     more = f" (the latest {len(shown)} of {len(rows):,})" if len(rows) > len(shown) else ""
     console.print(f"improvements of the run's best{more}:")
-    print_rows(cols, [(n, made, f"{score:.6g}", "" if gain is None else f"+{gain:.4g}", *rest)
+    from controller.backup import stamp
+
+    print_rows(cols, [(n, stamp(made), f"{score:.6g}", "" if gain is None else f"+{gain:.4g}", *rest)
                       for n, made, score, gain, *rest in shown], None)
     cols, rows, _ = query_run(run_dir, (
         f"WITH o AS ({ordered}) SELECT island, count(*) AS evaluations, max(score) FILTER (WHERE ok) AS best, "
@@ -83,6 +76,32 @@ def cmd_progress(args) -> int:
                [(island, evals, "" if top is None else f"{top:.6g}", last, "" if last is None else total - last)
                 for island, evals, top, last in rows], note)
     return 0
+
+
+def _head(run_dir: Path, run_id: str) -> tuple[str, tuple, str | None]:
+    """The run's ordered evaluations (SQL), and (evaluations, best, OK ones, the evaluation of the last
+    improvement, when its program was made, the seed's score), and the read's note."""
+    ordered = _ORDERED.format(run=run_id.replace("'", "''"))
+    _, head, note = query_run(run_dir, (
+        f"WITH o AS ({ordered}) SELECT count(*), max(best), count(*) FILTER (WHERE ok), "
+        "max(n) FILTER (WHERE ok AND (before IS NULL OR score > before)), "
+        "max(created_at) FILTER (WHERE ok AND (before IS NULL OR score > before)), "
+        "any_value(score) FILTER (WHERE mutator = 'seed') FROM o"))
+    return ordered, head[0], note
+
+
+def _last(total: int, last_n: int, last_at: float) -> str:
+    from controller.backup import stamp
+
+    return f"evaluation {last_n:,} of {total:,} ({total - last_n:,} evaluations since; made {stamp(last_at)})"
+
+
+def last_improvement(run_dir: Path, run_id: str) -> str:
+    """`atoll status`'s line on the last improvement of the run's best ('' before any OK score)."""
+    _, (total, best, _, last_n, last_at, _), _ = _head(run_dir, run_id)
+    if best is None:
+        return ""
+    return f"last improvement of the best: {_last(total, last_n, last_at)}; over the run: atoll progress {run_dir}"
 
 
 def spark(buckets: dict[int, float | None], width: int) -> str:

@@ -42,6 +42,7 @@ def cmd_status(args) -> int:
         print_rows(cols, [(run_id, "running then" if status == "running" else status, *rest)
                           for run_id, status, *rest in rows], note)
         if rows:
+            _status_progress(run_dir, rows[-1][0])
             _status_llm(run_dir, rows[-1][0])
         from controller.backup import when
 
@@ -52,6 +53,8 @@ def cmd_status(args) -> int:
     rows = [(run_id, STOPPED if unheld and status == "running" else status, *rest) for run_id, status, *rest in rows]
     print_rows(cols, rows, note)
     if rows:
+        if not is_damaged(note):
+            _status_progress(run_dir, rows[-1][0])
         _status_llm(run_dir, rows[-1][0])
         if not is_damaged(note):
             _status_backup(run_dir)
@@ -61,6 +64,15 @@ def cmd_status(args) -> int:
                       f"everything committed is kept. Continue with: atoll resume {run_dir} (a run submitted as a "
                       f"Ray job: atoll submit --resume {run_dir} --address http://HEAD:8265)", soft_wrap=True)
     return 0
+
+
+def _status_progress(run_dir: Path, run_id: str) -> None:
+    """When the run's best last improved (the whole story: `atoll progress`)."""
+    from controller.progress_command import last_improvement
+
+    line = last_improvement(run_dir, run_id)
+    if line:
+        console.print(line, soft_wrap=True)
 
 
 def _status_backup(run_dir: Path) -> None:
