@@ -47,7 +47,7 @@ def test_progress_lists_each_improvement_of_the_best_and_each_islands_last_also_
     assert [(d["evaluation"], d["score"], d["program_id"]) for d in lines] == [(1, -3.0, "p0"), (2, -2.5, "p1"),
                                                                               (6, -1.0, "p5")]
     status = atoll_cli("status", str(run_dir)).stdout  # the line `atoll status` gives it
-    assert (f"last improvement of the best: evaluation 6 of 8 (2 evaluations since; made " in status
+    assert ("last improvement of the best: evaluation 6 of 8 (2 evaluations since; made " in status
             and f"; over the run: atoll progress {run_dir}\n" in status), status
     copy = tmp_path / "elsewhere.duckdb"  # a backup's copy, read where it lies
     shutil.copyfile(run_dir / "archive.duckdb", copy)
