@@ -89,6 +89,7 @@ class Proposals:
         self.notices: list[str] = []  # said on stderr by the run's progress (the search's `notices`)
         self.failing: dict[str, int] = {}  # model -> its calls failed in a row
         self.cut: dict[str, int] = {}  # model -> its edit replies cut off at max_tokens in a row (-1: said)
+        self.adapted: set[tuple[str, str]] = set()  # (model, change) its client made in its requests, said
         self.paused_until: dict[str, float] = {}  # model -> monotonic time before which it gets no call
         self.failures = Recent(FAILURES_KEPT, lambda: deque(maxlen=self._shown_failures()))
         if self.llm is not None:
@@ -215,6 +216,7 @@ class Proposals:
 
     def _route(self, outcome: LLMOutcome) -> list[tuple]:
         job, now = outcome.job, time.time()
+        self._say_adapted(job.model, outcome.calls)
         candidate = Candidate(job.child_id, job.run_id, job.island, job.generation, (job.parent_id,),
                               outcome.code, outcome.operator, now)
         status, child = outcome.status, job.child_id
@@ -276,6 +278,17 @@ class Proposals:
             f"atoll: the last {n} replies of model '{model}' were cut off at its max_tokens ({cfg.max_tokens}), "
             "most before they held a whole edit (a reasoning model spends tokens thinking first; a whole program "
             f"takes more than a diff). Give it more: atoll stop, then atoll resume DIR {raise_it}.")
+
+    def _say_adapted(self, model: str, calls) -> None:
+        """What a model's client changed in its requests after its endpoint refused a field (OpenAI's
+        reasoning models refuse max_tokens and temperatures): an event and a notice, once a change."""
+        for change in dict.fromkeys(c for call in calls for c in getattr(call, "adapted", ())):
+            if (model, change) in self.adapted:
+                continue
+            self.adapted.add((model, change))
+            self.events.append(("llm-endpoint-adapted", {"model": model, "change": change}))
+            self.notices.append(f"atoll: model '{model}' refused a field of its requests (HTTP 400), and now "
+                                f"{change}; the refused attempt counts in llm_calls.attempts.")
 
     def _answered(self, model: str) -> None:
         n = self.failing.pop(model, 0)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from store.query import run_query
 from tests.tiny import llm_config
-from tests.workers.scripted_llm import ScriptedLLM, cut, hang, parent_code, reasoned, reply, slow, stall, status
+from tests.workers.scripted_llm import ScriptedLLM, cut, hang, parent_code, reasoned, reply, slow, stall, status, strict
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "sk-test-DO-NOT-STORE-4711"
@@ -152,7 +152,8 @@ def test_a_reasoning_models_drafts_are_left_out_and_replies_cut_at_max_tokens_ar
     draft = "<<<<<<< SEARCH\n    return level_that_is_not_there\n=======\n    return 0\n>>>>>>> REPLACE"
     thinking = reply(lambda p: f"<think>\nA first try:\n{draft}\nNo, not that line.\n</think>\n\n{another(p)}")
     opened = reply(lambda p: f"A helper will do.\n{draft}\n</think>\n{another(p)}")
-    script = [cut("<think>\nThe level is too low, so"), cut("<think>\nMaybe"),
+    first = strict(lambda p: f"<think>\nOpenAI's reasoning models refuse max_tokens.\n</think>\n{another(p)}")
+    script = [first, cut("<think>\nThe level is too low, so"), cut("<think>\nMaybe"),
               reasoned("Thinking about the level. " * 20, "", finish="length")] + [thinking, opened] * 40
     with ScriptedLLM(script) as server:
         out = _atoll(tmp_path, "run", str(_config(tmp_path, server.url, embedded=0.0, in_flight=1, timeout_s=10)),
@@ -164,6 +165,15 @@ def test_a_reasoning_models_drafts_are_left_out_and_replies_cut_at_max_tokens_ar
                      "more than a diff). Give it more: atoll stop, then atoll resume DIR --set "
                      "mutator.llm.models.scripted.max_tokens=2048.")], out.stderr
     assert _rows(run_dir, "SELECT count(*) FROM events WHERE kind = 'llm-replies-cut'")[0][0] == 1
+    # the first endpoint took requests only as OpenAI's reasoning models do: the client changed them, said once each
+    changes = [row[0] for row in _rows(run_dir, "SELECT data->>'change' FROM events WHERE kind = 'llm-endpoint-adapted' "
+                                                "ORDER BY ts")]
+    assert changes == ["sends max_completion_tokens instead of max_tokens",
+                       "sends no temperature (the endpoint's default)"], changes
+    assert [line for line in out.stderr.splitlines() if "refused a field of its requests" in line] == [
+        f"atoll: model 'scripted' refused a field of its requests (HTTP 400), and now {change}; the refused attempt "
+        "counts in llm_calls.attempts." for change in changes], out.stderr
+    assert _rows(run_dir, "SELECT max(attempts) FROM llm_calls")[0][0] == 3
     errors = sorted(e for (e,) in _rows(run_dir, "SELECT error FROM llm_calls WHERE status = 'unparseable'"))
     cut_off = " (the reply was cut off at max_tokens = 512)"
     assert errors == sorted(["the reply ended inside its <think> section, before any answer" + cut_off] * 2 + [

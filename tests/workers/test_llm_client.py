@@ -51,7 +51,9 @@ def test_an_endpoint_that_refuses_max_tokens_or_a_temperature_gets_what_it_takes
         client = _client(server.url)
         first, second = client.chat(MESSAGES), client.chat(MESSAGES)
     assert (first.status, first.text, first.attempts) == ("ok", "fine", 3)  # two refused, then answered
-    assert (second.status, second.text, second.attempts) == ("ok", "again", 1)
+    assert first.adapted == ("sends max_completion_tokens instead of max_tokens",
+                             "sends no temperature (the endpoint's default)")
+    assert (second.status, second.text, second.attempts, second.adapted) == ("ok", "again", 1, ())
     sent = server.requests
     assert [("max_tokens" in b, "max_completion_tokens" in b, "temperature" in b) for b in sent] == [
         (True, False, True), (False, True, True), (False, True, False), (False, True, False)]

@@ -38,6 +38,7 @@ class ChatResult:
     estimated_tokens: bool = False  # the server sent no usage: counted as characters / 4
     cut: bool = False  # the reply stopped at max_tokens (finish_reason "length")
     reasoning_chars: int = 0  # reasoning the server sent apart from the answer (vLLM's reasoning parsers)
+    adapted: tuple[str, ...] = ()  # what this call changed for good in what the client sends (`ChatClient._adapted`)
 
 
 def api_key(env: str | None, file: Path | None) -> str:
@@ -76,7 +77,7 @@ class ChatClient:
         self._pool = urllib3.PoolManager(maxsize=64, retries=retry, timeout=urllib3.Timeout(total=timeout_s))
 
     def chat(self, messages: list[dict], seed: int | None = None) -> ChatResult:
-        start, refused = time.monotonic(), 0
+        start, refused, changed = time.monotonic(), 0, []
         while True:
             body = {**self.extra_body, "model": self.model, "messages": list(messages),
                     self.limit_field: self.max_tokens}
@@ -85,22 +86,24 @@ class ChatClient:
             if seed is not None:
                 body["seed"] = seed
             result = self._call(body, messages, start)
-            if not self._adapted(result):
-                return replace(result, attempts=result.attempts + refused) if refused else result
+            change = self._adapted(result)
+            if not change:
+                return replace(result, attempts=result.attempts + refused, adapted=tuple(changed)) if refused else result
             refused += result.attempts
+            changed.append(change)
 
-    def _adapted(self, result: ChatResult) -> bool:
-        """Whether the endpoint refused a field that some models do not take, now changed for good:
-        OpenAI's reasoning models take `max_completion_tokens`, not `max_tokens`, and only their
-        default temperature. Each is changed once; anything else stands."""
+    def _adapted(self, result: ChatResult) -> str:
+        """What the client changed for good after the endpoint refused a field that some models do not
+        take ('' for nothing): OpenAI's reasoning models take `max_completion_tokens`, not
+        `max_tokens`, and only their default temperature. Each is changed once; anything else stands."""
         refused = result.error.lower() if result.status == HTTP_ERROR and result.error.startswith("HTTP 400") else ""
         if "max_completion_tokens" in refused and self.limit_field == "max_tokens":
             self.limit_field = "max_completion_tokens"
-            return True
+            return "sends max_completion_tokens instead of max_tokens"
         if "temperature" in refused and "support" in refused and self.send_temperature:
             self.send_temperature = False
-            return True
-        return False
+            return "sends no temperature (the endpoint's default)"
+        return ""
 
     def _call(self, body: dict, messages: list[dict], start: float) -> ChatResult:
         try:
