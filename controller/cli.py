@@ -47,7 +47,7 @@ a run's archive (DuckDB SQL; every table has run_id):
   evaluations      program_id, split (search, validation, heldout), status, score, metrics (JSON),
                    instance_scores, error, duration_s, node_ip
   lineage          child_id, parent_id
-  llm_calls        model, kind, status, error, completion, tokens_in, tokens_out, cost, latency_s
+  llm_calls        model, kind, status, error, completion, reasoning, tokens_in, tokens_out, cost, latency_s
   events           ts, kind, data (JSON): what the run met (lost actors, stalls, internal errors)
   run_secrets      the seeds each split's data was drawn from
 views: best_per_island, program_scores, mutator_success, llm_usage, llm_prompts (each call's

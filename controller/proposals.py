@@ -337,7 +337,8 @@ class Proposals:
             "error": call.error or ("the same program as one already tried"
                                     if final == "duplicate" and call.kind == "edit" else None),
             "cost": money, "gpu_s": gpu_s, "attempts": call.attempts, "prompt_parts": [p for p, _ in call.parts],
-            "completion_truncated": call.truncated, "tokens_estimated": call.estimated})
+            "completion_truncated": call.truncated, "tokens_estimated": call.estimated,
+            "reasoning": call.reasoning or None})
 
     def on_evaluated(self, candidate: Candidate, result: EvalResult, parent_score: float | None) -> None:
         """A search result: feedback for prompts, failure memory of its parent, the bandit's tally."""

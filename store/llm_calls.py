@@ -12,7 +12,7 @@ from store.columns import strings
 
 CALL_COLUMNS = ("call_id", "run_id", "program_id", "model", "completion", "tokens_in", "tokens_out",
                 "latency_s", "created_at", "island", "parent_id", "kind", "status", "error", "cost", "gpu_s",
-                "attempts", "prompt_parts", "completion_truncated", "tokens_estimated")
+                "attempts", "prompt_parts", "completion_truncated", "tokens_estimated", "reasoning")
 _TYPES = {"tokens_in": pa.int32(), "tokens_out": pa.int32(), "island": pa.int32(), "attempts": pa.int32(),
           "latency_s": pa.float64(), "created_at": pa.float64(), "cost": pa.float64(), "gpu_s": pa.float64(),
           "prompt_parts": pa.list_(pa.string()), "completion_truncated": pa.bool_(),

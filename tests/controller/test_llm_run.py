@@ -174,6 +174,9 @@ def test_a_reasoning_models_drafts_are_left_out_and_replies_cut_at_max_tokens_ar
         f"atoll: model 'scripted' refused a field of its requests (HTTP 400), and now {change}; the refused attempt "
         "counts in llm_calls.attempts." for change in changes], out.stderr
     assert _rows(run_dir, "SELECT max(attempts) FROM llm_calls")[0][0] == 3
+    # reasoning sent apart from the answer is kept beside it; the thinking inside a reply stays in the completion
+    assert _rows(run_dir, "SELECT reasoning, completion FROM llm_calls WHERE reasoning IS NOT NULL") == [
+        ("Thinking about the level. " * 20, "")]
     errors = sorted(e for (e,) in _rows(run_dir, "SELECT error FROM llm_calls WHERE status = 'unparseable'"))
     cut_off = " (the reply was cut off at max_tokens = 512)"
     assert errors == sorted(["the reply ended inside its <think> section, before any answer" + cut_off] * 2 + [

@@ -41,6 +41,7 @@ def test_a_reply_cut_at_max_tokens_and_reasoning_sent_apart_are_told():
         results = [client.chat(MESSAGES) for _ in range(4)]
     assert [(r.status, r.cut, r.reasoning_chars) for r in results] == [
         ("ok", True, 0), ("ok", True, 600), ("ok", False, 6), ("ok", False, 0)]
+    assert [len(r.reasoning) for r in results] == [0, 600, 6, 0]
     assert [r.text for r in results] == ["<<<<<<< SEARCH\n    return", "", "the answer", "plain"]
 
 

@@ -38,6 +38,7 @@ class ChatResult:
     estimated_tokens: bool = False  # the server sent no usage: counted as characters / 4
     cut: bool = False  # the reply stopped at max_tokens (finish_reason "length")
     reasoning_chars: int = 0  # reasoning the server sent apart from the answer (vLLM's reasoning parsers)
+    reasoning: str = ""  # that reasoning itself
     adapted: tuple[str, ...] = ()  # what this call changed for good in what the client sends (`ChatClient._adapted`)
 
 
@@ -145,10 +146,11 @@ class ChatClient:
         if not isinstance(text, str):
             raise TypeError(f"the reply's content is {type(text).__name__}, not text")
         # a server that parses a reasoning model's thinking sends it apart (`reasoning_content`, or
-        # `reasoning`); only its size is kept, to say why an answer is empty
+        # `reasoning`): kept beside the answer (llm_calls.reasoning), never parsed for an edit
         reasoning = (message.get("reasoning_content") or message.get("reasoning")) if message else None
+        reasoning = reasoning if isinstance(reasoning, str) else ""
         extra = {"cut": choices[0].get("finish_reason") == "length" if choices else False,
-                 "reasoning_chars": len(reasoning) if isinstance(reasoning, str) else 0}
+                 "reasoning_chars": len(reasoning), "reasoning": reasoning}
         usage = reply.get("usage") or {}
         if usage.get("prompt_tokens") is not None:
             return ChatResult(OK, text, int(usage["prompt_tokens"]), int(usage.get("completion_tokens") or 0),

@@ -48,6 +48,7 @@ class CallRecord:
     error: str = ""
     estimated: bool = False  # the server sent no usage: tokens are characters / 4
     adapted: tuple[str, ...] = ()  # what the client changed for good after the endpoint refused a field
+    reasoning: str = ""  # the reasoning the server sent apart from the reply, cut as the completion is
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,7 @@ class LLMWorker:
         return CallRecord(call_id, kind, status, tuple((part_id(t), t) for _, t in prompt.parts),
                           text[:self.max_reply_chars], len(text) > self.max_reply_chars,
                           result.tokens_in, result.tokens_out, result.latency_s, result.attempts, error,
-                          result.estimated_tokens, result.adapted)
+                          result.estimated_tokens, result.adapted, result.reasoning[:self.max_reply_chars])
 
     def ping(self) -> bool:
         return True
