@@ -84,10 +84,13 @@ def library_query(args) -> int:
     from controller.read_commands import print_rows
     from store.library_query import run_library_query
     from store.query import QueryError
+    from store.readonly import each_read
 
     try:
-        cols, rows, note = run_library_query(_library(), args.sql)
+        statements = each_read(args.sql)
+        for i, sql in enumerate(statements):  # each statement's result in turn, as `atoll query DIR` prints them
+            cols, rows, note = run_library_query(_library(), sql)
+            print_rows(cols, rows, note if i == len(statements) - 1 else None, args.json)
     except (QueryError, LibraryError) as exc:
         raise UserError(str(exc)) from None
-    print_rows(cols, rows, note, args.json)
     return 0

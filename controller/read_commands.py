@@ -169,8 +169,15 @@ def cmd_query(args) -> int:
         return library_query(args)
     if args.run_dir is None:
         raise UserError("give a run directory and SQL, or --library and SQL to query across runs")
-    cols, rows, note = query_run(Path(args.run_dir), args.sql)
-    print_rows(cols, rows, note, args.json)
+    from store.readonly import QueryError, each_read
+
+    try:
+        statements = each_read(args.sql)
+    except QueryError as exc:
+        raise UserError(str(exc)) from None
+    for i, sql in enumerate(statements):  # each statement's result in turn; the note once, at the end
+        cols, rows, note = query_run(Path(args.run_dir), sql)
+        print_rows(cols, rows, note if i == len(statements) - 1 else None, args.json)
     return 0
 
 

@@ -37,6 +37,13 @@ def reads(sql: str) -> list:
     return statements
 
 
+def each_read(sql: str) -> list[str]:
+    """The statements of `sql` one by one, each to be answered on its own (`atoll query` prints every
+    result, as DuckDB's own shell does); `sql` itself when it is one. QueryError as `reads` raises."""
+    statements = reads(sql)
+    return [statement.query for statement in statements] if len(statements) > 1 else [sql]
+
+
 def _refused(statement) -> str | None:
     """What kind of statement this is, if it might change anything; None for a read."""
     text = statement.query.strip()

@@ -47,6 +47,13 @@ def test_several_statements_answer_with_the_last(run_dir):
     assert run_query(run_dir, "SELECT 1 AS a; SELECT 2 AS b")[:2] == (["b"], [(2,)])
 
 
+def test_atoll_query_prints_each_statements_result_in_turn(run_dir, atoll_cli):
+    out = atoll_cli("query", str(run_dir), "SELECT 1 AS a; SELECT run_id FROM runs; SELECT 2 AS b", "--json")
+    assert out.stdout.splitlines() == ['{"a": 1}', '{"run_id": "r1"}', '{"b": 2}'], out.stdout
+    refused = atoll_cli("query", str(run_dir), "SELECT 1 AS a; DELETE FROM runs", check=False)
+    assert refused.returncode == 2 and refused.stdout == "" and "DELETE statements are refused" in refused.stderr
+
+
 @pytest.mark.parametrize("sql", [
     "DELETE FROM runs", "CREATE TABLE t (a INT)", "UPDATE runs SET status = 'x'", "DROP VIEW mutator_success",
     "INSERT INTO runs SELECT * FROM runs", "CREATE TEMP TABLE t AS SELECT 1", "CREATE MACRO m() AS 1",
