@@ -273,8 +273,6 @@ class LibraryAway(Away):
     def _check_target(self, source: Path) -> bool:
         if not self.target.exists():
             return True
-        if self.target.stat().st_mtime >= source.stat().st_mtime:
-            return False  # that backup is there already
         try:
             theirs, ours = _runs_of(self.target), _runs_of(source)
         except duckdb.Error as exc:
@@ -283,7 +281,7 @@ class LibraryAway(Away):
         if theirs - ours:
             raise OSError(errno.EEXIST, f"the file there holds another library (it knows {len(theirs - ours)} runs "
                                         "this one does not), and is left as it is")
-        return True
+        return self.target.stat().st_mtime < source.stat().st_mtime  # else that backup is there already
 
 
 def _runs_of(library: Path) -> set[str]:
