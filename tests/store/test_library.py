@@ -236,7 +236,8 @@ def test_the_librarys_copy_in_backup_dir_is_its_own_never_another_librarys_and_i
     _with_run(fresh, "r3")
     assert fresh.back_up(older_than_s=0)
     shutil.copyfile(copier.target, tmp_path / "kept.duckdb")
-    os.utime(copier.target, (1, 1))  # older than that backup, so only what the copy holds decides
+    later = fresh.backup_path.stat().st_mtime + 60
+    os.utime(copier.target, (later, later))  # newer than that backup: what the copy holds decides, not its age
     notices: list[str] = []
     assert copier.begin(fresh.backup_path, 3600.0, 0, notices) == {}
     data = copier.close(notices)[0][1]
