@@ -70,7 +70,10 @@ def _status_progress(run_dir: Path, run_id: str) -> None:
     """When the run's best last improved (the whole story: `atoll progress`)."""
     from controller.progress_command import last_improvement
 
-    line = last_improvement(run_dir, run_id)
+    try:
+        line = last_improvement(run_dir, run_id)
+    except UserError:  # an archive read as it was written long ago (no programs.seq): the rest of status stands
+        return
     if line:
         console.print(line, soft_wrap=True)
 
