@@ -15,7 +15,8 @@ driver does every few seconds. At each size in `--at` it prints:
   building the batch's columns in Python, DuckDB's inserts, and its COMMIT (which
   writes the log, and folds it into the file every 256 MB),
 - `best_per_island`, `mutator_success` and a 1,000-deep `lineage_of`, fetched whole
-  (median of 5), and one live query through the run directory's socket,
+  (median of 5), one live query through the run directory's socket, and `atoll progress`
+  (median of 3), whose queries go through that socket too,
 - a resume: the archive reopened, then what `Search.__init__` reads (count, operator
   totals, known hashes, the islands from their snapshot plus the tail) and the
   writer's id index that the first commit loads (with `--full-replay`, also the
@@ -28,6 +29,8 @@ driver does every few seconds. At each size in `--at` it prints:
 - the load average it ran under (the machine may be shared).
 """
 import argparse
+import contextlib
+import io
 import os
 import re
 import shutil
@@ -225,6 +228,15 @@ def report_queries(archive, run_dir: Path, deep: str | None) -> None:
     wall, cpu, _ = median_s(lambda: run_query(run_dir, "SELECT * FROM mutator_success"))
     print(f"    {'live query via archive.sock':<38}{wall * 1e3:>9.1f} ms ({cpu * 1e3:.1f} ms CPU)  mutator_success, "
           "asked as `atoll query` asks")
+    from controller.progress_command import cmd_progress
+
+    def progress() -> str:
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            cmd_progress(argparse.Namespace(run_dir=str(run_dir), json=False))
+        return out.getvalue()
+    wall, cpu, out = median_s(progress, repeat=3)
+    print(f"    {'atoll progress (its 5 live queries)':<38}{wall * 1e3:>9.1f} ms ({cpu * 1e3:.1f} ms CPU)  "
+          f"{len(out.splitlines())} lines printed; this process's CPU, the answering thread's included")
 
 
 def report_copy(archive, tmp: Path) -> None:
