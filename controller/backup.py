@@ -36,6 +36,7 @@ import duckdb
 from controller.cli import UserError
 from controller.rundir import ARCHIVE, BACKUP, check_can_make, in_use
 from store.duckdb_archive import ArchiveDamaged, DuckDBArchive, copy_whole, flush_dir
+from store.readonly import first_line
 
 SEARCH_COUNT = "SELECT count(*) FROM evaluations WHERE split = 'search'"
 
@@ -63,7 +64,7 @@ class Backups:
             self._room()
             size = self.archive.backup(self.path)
         except (OSError, duckdb.Error) as exc:  # a week-long run is not ended by its backup
-            why = getattr(exc, "strerror", None) or str(exc).strip().splitlines()[0]
+            why = _why(exc)
             return self._failed(why, f"the archive's backup could not be written ({self.path}: {why}); the run "
                                      "goes on, and the last backup stays")
         except ArchiveDamaged as exc:  # the archive's own file: the last backup is its last whole copy
@@ -220,7 +221,7 @@ class Away:
                            "from now on stays in its own archive only")
             return {"away_error": exc.strerror}
         except (OSError, duckdb.Error, ArchiveDamaged) as exc:  # the run goes on; the last copy stays
-            why = getattr(exc, "strerror", None) or str(exc).strip().splitlines()[0]
+            why = _why(exc)
             if not self.failed:  # said once until a copy works again
                 self.failed = True
                 notices.append(f"atoll: {self.WHAT} in controller.backup_dir could not be written "
@@ -246,7 +247,7 @@ class Away:
                 con.close()
         except duckdb.Error as exc:
             raise OSError(errno.EEXIST, "the file there is not this run's archive, and is left as it is "
-                                        f"({str(exc).strip().splitlines()[0][:200]})") from None
+                                        f"({first_line(exc)[:200]})") from None
         if (self.run_id, self.started_at) not in runs:
             raise OSError(errno.EEXIST, "the file there holds another run's archive, and is left as it is")
         if last and last[0][0] > self.since and (last[0][1], str(last[0][2])) != (self.session[0], str(self.session[1])):
@@ -277,7 +278,7 @@ class LibraryAway(Away):
             theirs, ours = _runs_of(self.target), _runs_of(source)
         except duckdb.Error as exc:
             raise OSError(errno.EEXIST, "the file there is not a library's copy, and is left as it is "
-                                        f"({str(exc).strip().splitlines()[0][:200]})") from None
+                                        f"({first_line(exc)[:200]})") from None
         if theirs - ours:
             raise OSError(errno.EEXIST, f"the file there holds another library (it knows {len(theirs - ours)} runs "
                                         "this one does not), and is left as it is")
@@ -336,6 +337,11 @@ def check_backup_dir(folder: str) -> None:
 ROOM_LEFT = 64 * 2**20  # what a backup leaves free on the run directory's disk
 
 
+def _why(exc: Exception) -> str:
+    """A failed copy's reason in one line: the OS's words for an OSError, else the error's first line."""
+    return getattr(exc, "strerror", None) or first_line(exc)
+
+
 def _mib(size: int) -> str:
     return f"{size / 2**20:,.0f} MiB"
 
@@ -366,7 +372,7 @@ def restore(run_dir: Path, source: Path | None = None) -> str:
     archive it replaces under a name of its own; the line that says what was done. Nothing is
     moved unless the backup reads whole and no live driver holds the archive. A `source` may go
     to a run directory that is not there yet: it is made."""
-    from store.readonly import first_line, is_lock_error
+    from store.readonly import is_lock_error
 
     backup, archive = source or run_dir / BACKUP, run_dir / ARCHIVE
     if source is not None:

@@ -96,11 +96,12 @@ def cmd_resume(args) -> int:
     from store.live import LiveReads
 
     run_dir = Path(args.run_dir)
-    source = getattr(args, "from_backup", None)
-    if source:
+    from_backup = getattr(args, "from_backup", None)  # True: the run directory's own backup; else a FILE
+    source = Path(from_backup).expanduser() if from_backup and from_backup is not True else None
+    if from_backup:
         from controller.backup import restore
 
-        console.print(restore(run_dir, None if source is True else Path(source).expanduser()), soft_wrap=True)
+        console.print(restore(run_dir, source), soft_wrap=True)
     with rundir.open_archive(run_dir) as archive, LiveReads(archive, run_dir):
         run_id, run = _latest_run(archive, run_dir, "resume")
         args.continue_with = lambda: resume_command(run_dir)
@@ -110,8 +111,8 @@ def cmd_resume(args) -> int:
         config, moved = resumed_config(run["config"], changes, done)
         _models_checked(config)
         _backup_dir_checked(config)
-        if source and source is not True:
-            _library_from_copy(config, Path(source).expanduser(), run_id)
+        if source is not None:
+            _library_from_copy(config, source, run_id)
         args.control = _control_setup(config)
         if changes:
             archive.con.execute("UPDATE runs SET config = ? WHERE run_id = ?",

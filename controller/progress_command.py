@@ -19,19 +19,24 @@ SPARK = "▁▂▃▄▅▆▇█"
 WIDTH = 60  # characters of the best-so-far line
 SHOWN = 20  # improvements listed, the latest
 
-# Every search evaluation of the run in commit order, numbered, with the best OK score up to it.
+# Every search evaluation of the run in commit order, numbered, with the best OK score up to it and
+# whether it improved the run's best (`improved`) and its island's (`island_improved`).
 _ORDERED = """
 WITH s AS (
   SELECT row_number() OVER (ORDER BY p.seq) AS n, p.program_id, p.island, p.mutator, p.created_at,
          e.score, e.status = 'OK' AS ok
   FROM programs p JOIN evaluations e ON e.program_id = p.program_id AND e.split = 'search'
   WHERE p.run_id = '{run}' AND p.mutator NOT LIKE 'baseline:%'
+), b AS (
+  SELECT *, max(CASE WHEN ok THEN score END) OVER (ORDER BY n ROWS UNBOUNDED PRECEDING) AS best,
+         max(CASE WHEN ok THEN score END) OVER (ORDER BY n ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before,
+         max(CASE WHEN ok THEN score END) OVER (PARTITION BY island ORDER BY n
+                                                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS island_before
+  FROM s
 )
-SELECT *, max(CASE WHEN ok THEN score END) OVER (ORDER BY n ROWS UNBOUNDED PRECEDING) AS best,
-       max(CASE WHEN ok THEN score END) OVER (ORDER BY n ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before,
-       max(CASE WHEN ok THEN score END) OVER (PARTITION BY island ORDER BY n
-                                              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS island_before
-FROM s
+SELECT *, ok AND (before IS NULL OR score > before) AS improved,
+       ok AND (island_before IS NULL OR score > island_before) AS island_improved
+FROM b
 """
 
 
@@ -58,8 +63,7 @@ def cmd_progress(args) -> int:
     console.print(f"last improvement: {_last(total, last_n, last_at)}", soft_wrap=True)
     cols, rows, _ = query_run(run_dir, (
         f"WITH o AS ({ordered}) SELECT n AS evaluation, created_at AS made, "
-        "score, score - before AS gain, island, mutator AS source, program_id FROM o "
-        "WHERE ok AND (before IS NULL OR score > before) ORDER BY n"))
+        "score, score - before AS gain, island, mutator AS source, program_id FROM o WHERE improved ORDER BY n"))
     shown = rows[-SHOWN:]
     more = f" (the latest {len(shown)} of {len(rows):,})" if len(rows) > len(shown) else ""
     console.print(f"improvements of the run's best{more}:")
@@ -69,7 +73,7 @@ def cmd_progress(args) -> int:
                       for n, made, score, gain, *rest in shown], None)
     cols, rows, _ = query_run(run_dir, (
         f"WITH o AS ({ordered}) SELECT island, count(*) AS evaluations, max(score) FILTER (WHERE ok) AS best, "
-        "max(n) FILTER (WHERE ok AND (island_before IS NULL OR score > island_before)) AS last_improvement "
+        "max(n) FILTER (WHERE island_improved) AS last_improvement "
         "FROM o GROUP BY island ORDER BY island"))
     console.print("islands (last improvement: the run's evaluation number of the island's latest best):")
     print_rows(cols + ["evaluations_since"],
@@ -84,8 +88,7 @@ def _head(run_dir: Path, run_id: str) -> tuple[str, tuple, str | None]:
     ordered = _ORDERED.format(run=run_id.replace("'", "''"))
     _, head, note = query_run(run_dir, (
         f"WITH o AS ({ordered}) SELECT count(*), max(best), count(*) FILTER (WHERE ok), "
-        "max(n) FILTER (WHERE ok AND (before IS NULL OR score > before)), "
-        "max(created_at) FILTER (WHERE ok AND (before IS NULL OR score > before)), "
+        "max(n) FILTER (WHERE improved), max(created_at) FILTER (WHERE improved), "
         "any_value(score) FILTER (WHERE mutator = 'seed') FROM o"))
     return ordered, head[0], note
 
@@ -125,7 +128,7 @@ def _as_json(run_dir: Path, ordered: str) -> int:
     """Every improvement of the run's best as a JSON line: for a plot or a script."""
     cols, rows, _ = query_run(run_dir, (
         f"WITH o AS ({ordered}) SELECT n AS evaluation, created_at AS made, score, island, mutator AS source, "
-        "program_id FROM o WHERE ok AND (before IS NULL OR score > before) ORDER BY n"))
+        "program_id FROM o WHERE improved ORDER BY n"))
     for row in rows:
         print(json.dumps(dict(zip(cols, row))))
     return 0

@@ -282,7 +282,7 @@ class Proposals:
     def _say_adapted(self, model: str, calls) -> None:
         """What a model's client changed in its requests after its endpoint refused a field (OpenAI's
         reasoning models refuse max_tokens and temperatures): an event and a notice, once a change."""
-        for change in dict.fromkeys(c for call in calls for c in getattr(call, "adapted", ())):
+        for change in dict.fromkeys(c for call in calls for c in call.adapted):
             if (model, change) in self.adapted:
                 continue
             self.adapted.add((model, change))
