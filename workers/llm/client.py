@@ -37,9 +37,12 @@ class ChatResult:
     error: str = ""
     estimated_tokens: bool = False  # the server sent no usage: counted as characters / 4
     cut: bool = False  # the reply stopped at max_tokens (finish_reason "length")
-    reasoning_chars: int = 0  # reasoning the server sent apart from the answer (vLLM's reasoning parsers)
-    reasoning: str = ""  # that reasoning itself
+    reasoning: str = ""  # reasoning the server sent apart from the answer (vLLM's reasoning parsers)
     adapted: tuple[str, ...] = ()  # what this call changed for good in what the client sends (`ChatClient._adapted`)
+
+    @property
+    def reasoning_chars(self) -> int:
+        return len(self.reasoning)
 
 
 def api_key(env: str | None, file: Path | None) -> str:
@@ -149,14 +152,13 @@ class ChatClient:
         # `reasoning`): kept beside the answer (llm_calls.reasoning), never parsed for an edit
         reasoning = (message.get("reasoning_content") or message.get("reasoning")) if message else None
         reasoning = reasoning if isinstance(reasoning, str) else ""
-        extra = {"cut": choices[0].get("finish_reason") == "length" if choices else False,
-                 "reasoning_chars": len(reasoning), "reasoning": reasoning}
+        extra = {"cut": choices[0].get("finish_reason") == "length" if choices else False, "reasoning": reasoning}
         usage = reply.get("usage") or {}
         if usage.get("prompt_tokens") is not None:
             return ChatResult(OK, text, int(usage["prompt_tokens"]), int(usage.get("completion_tokens") or 0),
                               latency, attempts, **extra)
         prompt_chars = sum(len(m.get("content", "")) for m in messages)
-        return ChatResult(OK, text, prompt_chars // 4, (len(text) + extra["reasoning_chars"]) // 4, latency, attempts,
+        return ChatResult(OK, text, prompt_chars // 4, (len(text) + len(reasoning)) // 4, latency, attempts,
                           estimated_tokens=True, **extra)
 
     def close(self) -> None:
