@@ -16,7 +16,8 @@ driver does every few seconds. At each size in `--at` it prints:
   writes the log, and folds it into the file every 256 MB),
 - `best_per_island`, `mutator_success` and a 1,000-deep `lineage_of`, fetched whole
   (median of 5), one live query through the run directory's socket, and `atoll progress`
-  (median of 3), whose queries go through that socket too,
+  and `atoll lineage --diff` of the 1,000-deep program (median of 3), whose queries go
+  through that socket too,
 - a resume: the archive reopened, then what `Search.__init__` reads (count, operator
   totals, known hashes, the islands from their snapshot plus the tail) and the
   writer's id index that the first commit loads (with `--full-replay`, also the
@@ -237,6 +238,16 @@ def report_queries(archive, run_dir: Path, deep: str | None) -> None:
     wall, cpu, out = median_s(progress, repeat=3)
     print(f"    {'atoll progress (its 5 live queries)':<38}{wall * 1e3:>9.1f} ms ({cpu * 1e3:.1f} ms CPU)  "
           f"{len(out.splitlines())} lines printed; this process's CPU, the answering thread's included")
+    from controller.lineage_command import cmd_lineage
+
+    def lineage() -> str:
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            cmd_lineage(argparse.Namespace(run_dir=str(run_dir), program=target[:8], diff=True, last=None,
+                                           json=False))
+        return out.getvalue()
+    wall, cpu, out = median_s(lineage, repeat=3)
+    print(f"    {'atoll lineage --diff (4 live queries)':<38}{wall * 1e3:>9.1f} ms ({cpu * 1e3:.1f} ms CPU)  "
+          f"{out.count(chr(10) + 'step '):,} steps with their diffs, the program given by 8 characters of its id")
 
 
 def report_copy(archive, tmp: Path) -> None:

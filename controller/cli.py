@@ -22,6 +22,7 @@ EPILOG = """examples:
   atoll query runs/try "SELECT * FROM mutator_success"
   atoll best runs/try
   atoll progress runs/try                           still improving? the best so far, each improvement
+  atoll lineage runs/try --diff                     how the best was made: each step from the seed, its diff
   atoll watch runs/try                              live status and events; also pause, continue, stop
   atoll set runs/try run.max_evals=800              change the budget of a live run
   atoll report runs/try                             the held-out table again (after a stopped report)
@@ -96,6 +97,14 @@ def build_parser() -> argparse.ArgumentParser:
     progress.add_argument("--json", action="store_true", help="print each improvement of the run's best as a "
                                                               "JSON line (evaluation, made, score, island, source, "
                                                               "program_id), e.g. to plot")
+    lineage = _command(sub, "lineage", "how a program was made: each step from the seed (or another root) with "
+                                       "its source, score and gain, and with --diff what each step changed")
+    lineage.add_argument("run_dir", help="a run directory, or an archive file (a backup, or its copy in "
+                                         "controller.backup_dir)")
+    lineage.add_argument("program", nargs="?", help="a program id, or the start of one (default: the run's best)")
+    lineage.add_argument("--diff", action="store_true", help="also print each step's diff from its parent")
+    lineage.add_argument("--last", type=int, metavar="N", help="only the latest N steps")
+    lineage.add_argument("--json", action="store_true", help="print each step as a JSON line, its code included")
     sub.choices["best"].add_argument("--out", metavar="FILE", help="also write the program to FILE, ready to "
                                                                     "import or to run with the domain's simulator")
     report = _command(sub, "report", "print a finished run's held-out table again (scores only what the "
@@ -211,8 +220,10 @@ def main(argv: list[str] | None = None) -> int:
         status = getattr(commands, f"cmd_{args.command.replace('-', '_')}")(args)
         sys.stdout.flush()  # here, where a reader that left is caught (at exit it is a traceback)
         return status
-    except (UserError, ConfigError) as exc:
-        print(f"atoll: {exc}", file=sys.stderr)
+    except (UserError, ConfigError) as exc:  # its text may quote data (a program, a reply): written out
+        from controller.terminal import visible
+
+        print(visible(f"atoll: {exc}"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return _interrupted(args)

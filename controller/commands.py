@@ -17,6 +17,7 @@ from controller.control_commands import cmd_continue, cmd_pause, cmd_set, cmd_st
 from controller.submit import cmd_jobs, cmd_submit, resume_command, storage_root  # noqa: F401
 from controller.read_commands import cmd_best, cmd_query, cmd_status, console  # noqa: F401
 from controller.progress_command import cmd_progress  # noqa: F401
+from controller.lineage_command import cmd_lineage  # noqa: F401
 from store import signals
 
 

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from controller.terminal import SafeConsole
 
 # Proposals dropped as duplicates in a row, with no evaluation finishing between them, before
 # the run says that its mutators may have run out of new programs (once per such stretch).
@@ -19,7 +20,7 @@ class Progress:
 
     def __init__(self, search, max_evals: int, max_wall_s: float, console: Console | None = None):
         self.search, self.max_evals, self.max_wall_s = search, max_evals, max_wall_s
-        self.console = console or Console(stderr=True)
+        self.console = console or SafeConsole(stderr=True)
         self.live = Live(console=self.console, refresh_per_second=2) if self.console.is_terminal else None
         self._first = search.done
         self._last_line = 0.0

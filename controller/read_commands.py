@@ -11,16 +11,16 @@ import shlex
 import sys
 from pathlib import Path
 
-from rich.console import Console
-
 from controller.cli import UserError
 from controller.memory_commands import library_query
+from controller.terminal import SafeConsole, visible
 
 # Output to a file or a pipe (a log, a job's driver output) is not cut to 80 columns:
 # the held-out tables stay one line per row there.
 # Markup off: what it prints is mostly data (programs, errors, paths, query results), where rich
 # read `params[i]` or `[atoll]` as a style tag and dropped it. A styled line gives a style, never markup.
-console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160, markup=False)
+# Control characters in that data (an LLM's program, a candidate's error) are written out (controller.terminal).
+console = SafeConsole(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160, markup=False)
 
 
 def cmd_status(args) -> int:
@@ -220,7 +220,7 @@ def cmd_best(args) -> int:
     pid, code, score, heldout, metrics = rows[0]
     console.print(f"best program {pid}: search score {score:.5g}, held-out score "
                   + ("not evaluated yet" if heldout is None else f"{heldout:.5g}"))
-    print(code)
+    print(visible(code))
     if metrics:
         print(f"held-out metrics (whole: atoll query {shlex.quote(str(run_dir))} \"SELECT metrics FROM evaluations "
               f"WHERE split = 'heldout' AND program_id = '{pid}'\"):")

@@ -21,6 +21,7 @@ from rich.table import Table
 
 from controller.cli import UserError
 from controller.control_client import NotLive
+from controller.terminal import visible
 
 _END = object()
 SHOWN_EVENTS = 12
@@ -42,7 +43,7 @@ class Watch:
                 with Live(console=self.console, refresh_per_second=4) as live:
                     self._loop(lambda: live.update(self._view()))
             else:
-                self._loop(lambda: print(status_line(self.status), flush=True) if self.status else None)
+                self._loop(lambda: print(visible(status_line(self.status)), flush=True) if self.status else None)
         except KeyboardInterrupt:
             print("stopped watching; the run goes on", flush=True)
             return 0
@@ -92,7 +93,7 @@ class Watch:
             self.ended = json.loads(event.detail_json).get("status", "ended")
         self.recent = (self.recent + [line])[-SHOWN_EVENTS:]
         if not self.console.is_terminal:
-            print(line, flush=True)
+            print(visible(line), flush=True)
 
     def _view(self):
         table = Table(title=f"atoll watch: {self.client.run_dir}", show_header=False)

@@ -101,11 +101,25 @@ def test_a_reply_that_never_leaves_its_reasoning_is_unparseable_with_that_reason
      "a call at the top level (line 14)"),
     ("<<<<<<< SEARCH\n    \"\"\"Base-stock.\"\"\"\n=======\n    # base stock\n>>>>>>> REPLACE", DID_NOT_APPLY,
      "unchanged"),
+    # terminal control sequences in a comment or a string: `atoll best` would show other lines than those stored
+    (DIFF.replace(', params["cap"])\n>>>>>>> REPLACE', ', params["cap"])  # \x1b[1A\x1b[2K\n>>>>>>> REPLACE', 1),
+     INVALID_PROGRAM, "a control character (\\x1b) on line 9"),
+    ("```python\n" + WANT.replace('"""Base-stock."""', '"""Base-stock.\x9b2J"""') + "```", INVALID_PROGRAM,
+     "a control character (\\x9b) on line 7"),
 ])
 def test_bad_replies_end_with_their_status_and_reason(reply, status, reason):
     with pytest.raises(EditError) as caught:
         child_from_reply(reply, PARENT, "policy")
     assert caught.value.status == status and reason in caught.value.reason
+
+
+def test_a_reply_with_crlf_line_ends_gives_the_same_child():
+    """A server that ends its lines with CR LF (or CR) gives the child those lines would make, with no CR
+    left in it: a CR would be refused as a control character, and a lone one can hide text on a terminal."""
+    for reply in (DIFF, "```python\n" + WANT + "```"):
+        for end in ("\r\n", "\r"):
+            child, _ = child_from_reply(reply.replace("\n", end), PARENT, "policy")
+            assert child.strip() == WANT.strip(), (end, child)
 
 
 def test_the_checked_childs_normal_form_is_the_one_the_driver_would_compute():

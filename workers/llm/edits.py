@@ -18,6 +18,7 @@ from evaluators.params import ProgramFormatError, read_params
 from workers.normal_form import form_of
 
 UNPARSEABLE, DID_NOT_APPLY, INVALID_PROGRAM = "unparseable", "did_not_apply", "invalid_program"
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # control characters but tab and newline
 
 _SEARCH = re.compile(r"^\s*<{3,9}\s*SEARCH\s*$", re.M)
 _DIVIDER = re.compile(r"^\s*={3,9}\s*$", re.M)
@@ -59,11 +60,10 @@ def answer_of(reply: str) -> str | None:
 def parse_reply(reply: str, entry_point: str) -> Edit:
     """The edit a reply's answer holds (`answer_of`): blocks if it has a SEARCH marker, else a
     program that defines `entry_point` (fenced or bare). Raises EditError(UNPARSEABLE) when it
-    holds neither."""
-    answer = answer_of(reply)
-    if answer is None:
+    holds neither. A server's CR LF (or lone CR) line ends are read as newlines."""
+    text = answer_of(reply.replace("\r\n", "\n").replace("\r", "\n"))
+    if text is None:
         raise EditError(UNPARSEABLE, "the reply ended inside its <think> section, before any answer")
-    text = answer.replace("\r\n", "\n")
     if _SEARCH.search(text):
         return Edit("diff", blocks=_blocks(text))
     for lang, body in _FENCE.findall(text):
@@ -156,6 +156,11 @@ def check_child(child: str, parent: str, entry_point: str) -> str:
     level (it would run at load); else EditError(INVALID_PROGRAM). A child with the parent's
     normal form did not apply (EditError(DID_NOT_APPLY)). The child is parsed once; what the
     parent gives is kept for the next children of the same parent."""
+    control = _CONTROL.search(child)
+    if control:  # it would be printed to terminals as it is (controller.terminal writes it out, still)
+        raise EditError(INVALID_PROGRAM, f"a control character (\\x{ord(control.group()):02x}) on line "
+                                         f"{child.count(chr(10), 0, control.start()) + 1}: a program's text holds none "
+                                         "but newline and tab (in a string, write it as an escape)")
     try:
         tree = ast.parse(child)
     except SyntaxError as exc:

@@ -1,0 +1,169 @@
+"""`atoll lineage`: how a program was made, step by step from its root (the seed, a library elite,
+a baseline), each step with its source, its score, its gain over its parent and, with --diff, what
+it changed.
+
+A step's parent is its first parent (`programs.parent_ids[1]`, the program it was edited from); a
+crossover's other parents are named beside it. Read as `store.query` serves the archive (the live
+driver while a run holds it, the file, or an archive file given itself), so it works during a run,
+after it and on a backup's copy. The ancestors come from the `lineage_of` macro, which walks the
+lineage table by commit number, so a deep chain costs no scan per step.
+"""
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import sys
+from pathlib import Path
+
+from controller.cli import UserError
+from controller.read_commands import console, print_rows, query_run
+from controller.terminal import visible
+
+SHOWN_MATCHES = 5  # ids named when a prefix matches several programs
+
+
+def cmd_lineage(args) -> int:
+    run_dir = Path(args.run_dir)
+    if args.last is not None and args.last < 1:
+        raise UserError("--last takes a number of steps of at least 1")
+    pid, note = _program(run_dir, args.program)
+    chain = _chain(run_dir, pid)
+    code = _code(run_dir, [step["program_id"] for step in chain]) if args.diff or args.json else {}
+    shown = chain if args.last is None else chain[-args.last:]
+    if args.json:
+        for step in shown:
+            print(json.dumps({**step, "code": code.get(step["program_id"])}, default=str))
+        if note:
+            print(note, file=sys.stderr)
+        return 0
+    top = chain[-1]
+    root = chain[0]
+    console.print(f"program {pid}: {_score(top['score'], 'search score')}"
+                  + ("" if top["heldout"] is None else f", held-out {top['heldout']:.6g}")
+                  + f"; {len(chain) - 1} step{'' if len(chain) == 2 else 's'} from {root['program_id']} "
+                    f"({root['source']})" + (f", the latest {len(shown)} shown" if len(shown) < len(chain) else ""),
+                  soft_wrap=True)
+    from controller.backup import stamp
+
+    cols = ["step", "program_id", "made", "island", "source", "score", "gain", "held-out", "other parents"]
+    print_rows(cols, [(s["step"], s["program_id"], stamp(s["made"]), s["island"], s["source"],
+                       _num(s["score"]), _gain(s["gain"]), _num(s["heldout"]), ", ".join(s["other_parents"]))
+                      for s in shown], None)
+    if args.diff:
+        _print_diffs(shown, chain, code)
+    if note:
+        print(note, file=sys.stderr)
+    return 0
+
+
+def _program(run_dir: Path, given: str | None) -> tuple[str, str | None]:
+    """The program asked for (an id, or a prefix of exactly one), else the run's best; and the read's note."""
+    if given is None:
+        _, rows, note = query_run(run_dir, (
+            "SELECT p.program_id FROM programs p JOIN evaluations s ON s.program_id = p.program_id "
+            "AND s.split = 'search' WHERE s.status = 'OK' AND p.mutator NOT LIKE 'baseline:%' "
+            "ORDER BY s.score DESC, p.seq LIMIT 1"))
+        if not rows:
+            raise UserError(f"{run_dir} has no successfully evaluated program yet; name one: atoll lineage "
+                            f"{run_dir} PROGRAM_ID")
+        return rows[0][0], note
+    literal = given.replace("'", "''")
+    _, rows, note = query_run(run_dir, (
+        f"SELECT program_id FROM programs WHERE program_id = '{literal}' UNION ALL "
+        f"(SELECT program_id FROM programs WHERE starts_with(program_id, '{literal}') AND program_id <> '{literal}' "
+        f"ORDER BY seq LIMIT {SHOWN_MATCHES + 1})"))
+    ids = [pid for (pid,) in rows]
+    if given in ids:
+        return given, note
+    if not ids:
+        raise UserError(f"{run_dir} has no program {given!r} (ids are in atoll progress {run_dir}, or: atoll query "
+                        f"{run_dir} \"SELECT program_id, search_score FROM programs ORDER BY search_score DESC LIMIT 10\")")
+    if len(ids) > 1:
+        named = ", ".join(ids[:SHOWN_MATCHES]) + (", ..." if len(ids) > SHOWN_MATCHES else "")
+        raise UserError(f"{given!r} begins {'more than ' if len(ids) > SHOWN_MATCHES else ''}"
+                        f"{min(len(ids), SHOWN_MATCHES)} program ids ({named}); give more of it")
+    return ids[0], note
+
+
+def _chain(run_dir: Path, pid: str) -> list[dict]:
+    """The program and its first parents back to a program with none, oldest first, as dicts."""
+    literal = pid.replace("'", "''")
+    cols, rows, _ = query_run(run_dir, (
+        f"WITH a AS (SELECT program_id FROM lineage_of('{literal}')) "
+        "SELECT p.program_id, p.parent_ids, p.island, p.mutator AS source, p.created_at AS made, "
+        "s.status AS search_status, s.score, h.score AS heldout FROM programs p "
+        "JOIN a ON a.program_id = p.program_id "
+        "LEFT JOIN evaluations s ON s.program_id = p.program_id AND s.split = 'search' "
+        "LEFT JOIN evaluations h ON h.program_id = p.program_id AND h.split = 'heldout' AND h.status = 'OK'"))
+    known = {row[0]: dict(zip(cols, row)) for row in rows}
+    if pid not in known:
+        raise UserError(f"{run_dir}: program {pid} has no lineage in this archive")
+    chain, seen, at = [], set(), pid
+    while at in known and at not in seen:  # a cycle cannot be written; stop at one all the same
+        seen.add(at)
+        row = known[at]
+        chain.append(row)
+        parents = list(row["parent_ids"] or [])
+        at = parents[0] if parents else None
+    chain.reverse()
+    for i, row in enumerate(chain):
+        parents = list(row.pop("parent_ids") or [])
+        score = row["score"] if row.pop("search_status") == "OK" else None
+        parent = chain[i - 1]["score"] if i else None
+        row.update(step=i, score=score, parent_id=parents[0] if parents else None, other_parents=parents[1:],
+                   gain=None if score is None or parent is None else score - parent)
+    if chain[0]["parent_id"] is not None:  # the first parent is not in the archive (a foreign id)
+        chain[0]["source"] += f" (from {chain[0]['parent_id']}, not in this archive)"
+    return [{key: row[key] for key in ("step", "program_id", "parent_id", "other_parents", "made", "island",
+                                       "source", "score", "gain", "heldout")} for row in chain]
+
+
+def _code(run_dir: Path, ids: list[str]) -> dict[str, str]:
+    listed = ", ".join("'" + pid.replace("'", "''") + "'" for pid in ids)
+    _, rows, _ = query_run(run_dir, f"SELECT program_id, code FROM programs WHERE program_id IN ({listed})")
+    return dict(rows)
+
+
+def _print_diffs(shown: list[dict], chain: list[dict], code: dict[str, str]) -> None:
+    """Each shown step's unified diff from its parent (the first step shown with no parent: its whole
+    code), one print a step. A Text is not a string, so the control characters are written out here."""
+    from rich.text import Text
+
+    for step in shown:
+        i = step["step"]
+        head = f"step {i}: {step['program_id']} ({step['source']}, {_score(step['score'], 'score')}"
+        text = Text("\n" + visible(head + (")" if step["gain"] is None else f", gain {_gain(step['gain'])})")) + "\n",
+                    style="bold")
+        if i == 0:
+            lines = ["  " + line for line in _lines(code.get(step["program_id"], ""))]
+        else:
+            before, after = _lines(code.get(chain[i - 1]["program_id"], "")), _lines(code.get(step["program_id"], ""))
+            lines = list(difflib.unified_diff(before, after, chain[i - 1]["program_id"], step["program_id"],
+                                              n=2, lineterm="")) or ["  (the same code as its parent)"]
+        for line in lines:
+            style = ("green" if line.startswith("+") and not line.startswith("+++") else
+                     "red" if line.startswith("-") and not line.startswith("---") else
+                     "cyan" if line.startswith("@@") else "")
+            text.append(visible(line) + "\n", style=style)
+        console.print(text, soft_wrap=True, end="")
+
+
+def _lines(text: str) -> list[str]:
+    """A program's lines, cut at newlines only (`splitlines` also cuts at a CR or a form feed that a
+    program stored before replies were checked may hold, and would show lines that are not there)."""
+    return text.removesuffix("\n").split("\n")
+
+
+def _num(value) -> str:
+    return "" if value is None else f"{value:.6g}"
+
+
+def _gain(value) -> str:
+    if value is None or not math.isfinite(value):
+        return ""
+    return f"{value:+.4g}"
+
+
+def _score(value, what: str) -> str:
+    return f"no OK {what}" if value is None else f"{what} {value:.6g}"
