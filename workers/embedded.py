@@ -16,6 +16,7 @@ from workers import _ast_util as u
 from workers._base import MutationFailed, Mutator, Proposal
 from workers.ast_ops import OPERATORS, Motif, OpContext
 from workers.config import SKILL, EmbeddedMutatorConfig
+from workers.layout import keep_layout
 from workers.normal_form import normal_form
 from workers.skills import replay_skill
 
@@ -54,6 +55,7 @@ class EmbeddedMutator(Mutator):
             name = names[int(rng.choice(len(names), p=probs))]
             child, skill = self._attempt(name, request, ctx, unbound)
             if child is not None and _normalized(child) != parent:
+                child = keep_layout(request.parent_code, child)  # the parent's comments and layout, where they agree
                 return Proposal(child, PREFIX + name, skill, normal_form(child) or "")
         raise MutationFailed(f"no valid changed child in {self.config.max_attempts} attempts")
 
