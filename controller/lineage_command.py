@@ -13,12 +13,14 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import shlex
 import sys
 from pathlib import Path
 
 from controller.cli import UserError
 from controller.read_commands import console, print_rows, query_run
 from controller.terminal import visible
+from store.readonly import first_line
 
 SHOWN_MATCHES = 5  # ids named when a prefix matches several programs
 
@@ -29,11 +31,13 @@ def cmd_lineage(args) -> int:
         raise UserError("--last takes a number of steps of at least 1")
     pid, note = _program(run_dir, args.program)
     chain = _chain(run_dir, pid)
-    code = _code(run_dir, [step["program_id"] for step in chain]) if args.diff or args.json else {}
     shown = chain if args.last is None else chain[-args.last:]
+    code = _code(run_dir, [step["program_id"] for step in chain]) if args.diff or args.json else {}
+    calls = _calls(run_dir, [s["program_id"] for s in shown if s["source"].startswith("llm:")]) if args.diff or args.json else {}
     if args.json:
         for step in shown:
-            print(json.dumps({**step, "code": code.get(step["program_id"])}, default=str))
+            call = calls.get(step["program_id"])
+            print(json.dumps({**step, "code": code.get(step["program_id"]), "llm_call": call and call[0]}, default=str))
         if note:
             print(note, file=sys.stderr)
         return 0
@@ -48,10 +52,11 @@ def cmd_lineage(args) -> int:
 
     cols = ["step", "program_id", "made", "island", "source", "score", "gain", "held-out", "other parents"]
     print_rows(cols, [(s["step"], s["program_id"], stamp(s["made"]), s["island"], s["source"],
-                       _num(s["score"]), _gain(s["gain"]), _num(s["heldout"]), ", ".join(s["other_parents"]))
+                       _num(s["score"]) or s["status"] or "", _gain(s["gain"]), _num(s["heldout"]),
+                       ", ".join(s["other_parents"]))
                       for s in shown], None)
     if args.diff:
-        _print_diffs(shown, chain, code)
+        _print_diffs(shown, chain, code, calls, run_dir)
     if note:
         print(note, file=sys.stderr)
     return 0
@@ -92,7 +97,7 @@ def _chain(run_dir: Path, pid: str) -> list[dict]:
     cols, rows, _ = query_run(run_dir, (
         f"WITH a AS (SELECT program_id FROM lineage_of('{literal}')) "
         "SELECT p.program_id, p.parent_ids, p.island, p.mutator AS source, p.created_at AS made, "
-        "s.status AS search_status, s.score, h.score AS heldout FROM programs p "
+        "s.status, s.score, s.error, h.score AS heldout FROM programs p "
         "JOIN a ON a.program_id = p.program_id "
         "LEFT JOIN evaluations s ON s.program_id = p.program_id AND s.split = 'search' "
         "LEFT JOIN evaluations h ON h.program_id = p.program_id AND h.split = 'heldout' AND h.status = 'OK'"))
@@ -109,14 +114,14 @@ def _chain(run_dir: Path, pid: str) -> list[dict]:
     chain.reverse()
     for i, row in enumerate(chain):
         parents = list(row.pop("parent_ids") or [])
-        score = row["score"] if row.pop("search_status") == "OK" else None
+        score = row["score"] if row["status"] == "OK" else None
         parent = chain[i - 1]["score"] if i else None
         row.update(step=i, score=score, parent_id=parents[0] if parents else None, other_parents=parents[1:],
                    gain=None if score is None or parent is None else score - parent)
     if chain[0]["parent_id"] is not None:  # the first parent is not in the archive (a foreign id)
         chain[0]["source"] += f" (from {chain[0]['parent_id']}, not in this archive)"
     return [{key: row[key] for key in ("step", "program_id", "parent_id", "other_parents", "made", "island",
-                                       "source", "score", "gain", "heldout")} for row in chain]
+                                       "source", "status", "score", "gain", "heldout", "error")} for row in chain]
 
 
 def _code(run_dir: Path, ids: list[str]) -> dict[str, str]:
@@ -125,16 +130,46 @@ def _code(run_dir: Path, ids: list[str]) -> dict[str, str]:
     return dict(rows)
 
 
-def _print_diffs(shown: list[dict], chain: list[dict], code: dict[str, str]) -> None:
+def _calls(run_dir: Path, ids: list[str]) -> dict[str, tuple]:
+    """The LLM call that made each program of `ids` (its last, after any diagnosis): (call id, model,
+    tokens in, tokens out, seconds). Empty where the archive has no such record."""
+    if not ids:
+        return {}
+    listed = ", ".join("'" + pid.replace("'", "''") + "'" for pid in ids)
+    try:
+        _, rows, _ = query_run(run_dir, (
+            "SELECT program_id, arg_max(call_id, created_at), arg_max(model, created_at), arg_max(tokens_in, created_at), "
+            "arg_max(tokens_out, created_at), arg_max(latency_s, created_at) FROM llm_calls "
+            f"WHERE program_id IN ({listed}) GROUP BY program_id"))
+    except UserError:
+        return {}
+    return {row[0]: row[1:] for row in rows}
+
+
+def _made_by(call: tuple | None, run_dir: Path) -> str:
+    if call is None:
+        return ""
+    call_id, model, tokens_in, tokens_out, latency = call
+    return (f"made by {model} in {latency or 0:.1f} s ({tokens_in or 0:,} tokens in, {tokens_out or 0:,} out); "
+            f"its prompt and reply: atoll query {shlex.quote(str(run_dir))} \"SELECT p.prompt, c.completion FROM "
+            f"llm_calls c JOIN llm_prompts p USING (call_id) WHERE call_id = '{call_id}'\"\n")
+
+
+def _print_diffs(shown: list[dict], chain: list[dict], code: dict[str, str], calls: dict[str, tuple],
+                 run_dir: Path) -> None:
     """Each shown step's unified diff from its parent (the first step shown with no parent: its whole
-    code), one print a step. A Text is not a string, so the control characters are written out here."""
+    code), one print a step; an LLM's step names its call. A Text is not a string, so the control
+    characters are written out here."""
     from rich.text import Text
 
     for step in shown:
         i = step["step"]
-        head = f"step {i}: {step['program_id']} ({step['source']}, {_score(step['score'], 'score')}"
+        head = f"step {i}: {step['program_id']} ({step['source']}, " + (
+            _score(step["score"], "score") if step["score"] is not None or not step["status"]
+            else f"{step['status']}: {first_line(step['error'] or '')[:300]}")
         text = Text("\n" + visible(head + (")" if step["gain"] is None else f", gain {_gain(step['gain'])})")) + "\n",
                     style="bold")
+        text.append(visible(_made_by(calls.get(step["program_id"]), run_dir)))
         if i == 0:
             lines = ["  " + line for line in _lines(code.get(step["program_id"], ""))]
         else:

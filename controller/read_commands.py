@@ -226,6 +226,7 @@ def cmd_best(args) -> int:
               f"WHERE split = 'heldout' AND program_id = '{pid}'\"):")
         for line in metric_lines(json.loads(metrics)):
             print("  " + line)
+    print(f"how it was made, step by step: atoll lineage {shlex.quote(str(run_dir))} --diff", file=sys.stderr)
     if note:
         print(note, file=sys.stderr)
     if args.out:

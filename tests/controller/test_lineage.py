@@ -27,6 +27,9 @@ def _run(path):
                          EvalResult(pid, "search", status, score=score, error="" if score is not None else "no"))
                         for i, (pid, parents, island, source, status, score) in enumerate(PROGRAMS)])
         archive.record_evaluations([EvalResult("a300", "heldout", Status.OK, score=-1.25)], "r1")
+        for call, kind, at in (("c1", "diagnosis", 1.0), ("c2", "edit", 2.0)):  # a400's calls: the edit is the last
+            archive.con.execute("INSERT INTO llm_calls (call_id, run_id, program_id, model, kind, tokens_in, tokens_out, "
+                                "latency_s, created_at) VALUES (?, 'r1', 'a400', 'm', ?, 900, 120, 2.5, ?)", [call, kind, at])
     return path
 
 
@@ -44,22 +47,29 @@ def test_lineage_walks_first_parents_back_to_the_seed_with_each_steps_gain_and_d
         ("2", "a200", "0", "embedded:add_branch", "-2.8", "-0.3", "", ""),
         ("3", "a300", "0", "embedded:crossover", "-1", "+1.8", "-1.25", "b100")], out
     assert atoll_cli("lineage", str(run_dir), "a3").stdout == out  # the start of an id will do
+    assert f"how it was made, step by step: atoll lineage {run_dir} --diff\n" in atoll_cli("best", str(run_dir)).stderr
     copy = tmp_path / "elsewhere.duckdb"  # a backup's copy, read where it lies
     shutil.copyfile(run_dir / "archive.duckdb", copy)
     assert atoll_cli("lineage", str(copy)).stdout == out
 
     failed = atoll_cli("lineage", str(run_dir), "a400", "--last", "2", "--diff").stdout
     assert failed.startswith("program a400: no OK search score; 4 steps from s000 (seed), the latest 2 shown\n"), failed
-    assert [(r[0], r[1], r[5], r[6]) for r in _rows(failed)] == [("3", "a300", "-1", "+1.8"), ("4", "a400", "", "")]
+    assert [(r[0], r[1], r[5], r[6]) for r in _rows(failed)] == [("3", "a300", "-1", "+1.8"),
+                                                                 ("4", "a400", "FAILED", "")]
     diffs = failed.split("step 3: ", 1)[1]
     assert diffs.startswith("a300 (embedded:crossover, score -1, gain +1.8)\n--- a200\n+++ a300\n"), diffs
-    assert "\n-    level = 3\n+    level = 4\n" in diffs and "step 4: a400 (llm:m, no OK score)\n" in diffs, diffs
+    assert "\n-    level = 3\n+    level = 4\n" in diffs, diffs
+    assert ("step 4: a400 (llm:m, FAILED: no)\nmade by m in 2.5 s (900 tokens in, 120 out); its prompt and reply: "
+            f"atoll query {run_dir} \"SELECT p.prompt, c.completion FROM llm_calls c JOIN llm_prompts p USING (call_id) "
+            "WHERE call_id = 'c2'\"\n--- a300\n") in diffs, diffs
 
     steps = [json.loads(line) for line in atoll_cli("lineage", str(run_dir), "--json").stdout.splitlines()]
     assert [(s["step"], s["program_id"], s["parent_id"], s["other_parents"], s["code"]) for s in steps] == [
         (0, "s000", None, [], _code(0)), (1, "a100", "s000", [], _code(1)), (2, "a200", "a100", [], _code(3)),
         (3, "a300", "a200", ["b100"], _code(4))]
-    assert steps[3]["gain"] == pytest.approx(1.8) and steps[3]["heldout"] == -1.25
+    assert steps[3]["gain"] == pytest.approx(1.8) and steps[3]["heldout"] == -1.25 and steps[3]["llm_call"] is None
+    last = json.loads(atoll_cli("lineage", str(run_dir), "a400", "--json", "--last", "1").stdout)
+    assert (last["status"], last["error"], last["llm_call"]) == ("FAILED", "no", "c2"), last
 
 
 def test_lineage_of_an_unknown_or_ambiguous_id_says_so_in_one_line(tmp_path, atoll_cli):
