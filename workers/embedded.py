@@ -10,7 +10,13 @@ import ast
 
 import numpy as np
 
-from evaluators.params import ProgramFormatError, entry_point_ok
+from evaluators.params import (
+    PARAMS_NAME,
+    ProgramFormatError,
+    entry_point_ok,
+    read_params,
+    write_param_specs,
+)
 from store.records import MutationRequest
 from workers import _ast_util as u
 from workers._base import MutationFailed, Mutator, Proposal
@@ -54,6 +60,7 @@ class EmbeddedMutator(Mutator):
         for _ in range(self.config.max_attempts):
             name = names[int(rng.choice(len(names), p=probs))]
             child, skill = self._attempt(name, request, ctx, unbound)
+            child = child if child is None else without_unread_params(child, self.entry_point)
             if child is not None and _normalized(child) != parent:
                 child = keep_layout(request.parent_code, child)  # the parent's comments and layout, where they agree
                 return Proposal(child, PREFIX + name, skill, normal_form(child) or "")
@@ -114,6 +121,37 @@ def operators_reach(entry_point: str) -> str:
 def no_child_remedy(entry_point: str) -> str:
     """What a user can do when the operators find nothing to change."""
     return f"give {entry_point}() numbers to tune (or PARAMS), or add an LLM ([mutator.llm])"
+
+
+def without_unread_params(code: str, entry_point: str) -> str:
+    """`code` without the PARAMS entries its entry point no longer reads: removing a branch leaves its
+    gate's parameters behind, and tuning would spend its trials on them. `code` itself where the
+    program may read its params another way (passes them on, iterates or assigns them, reads PARAMS
+    by name)."""
+    try:
+        tree = ast.parse(code)
+        specs = read_params(code, tree)
+    except (SyntaxError, ValueError, ProgramFormatError, MemoryError, RecursionError):
+        return code
+    fn = next((s for s in tree.body if isinstance(s, ast.FunctionDef) and s.name == entry_point), None)
+    args = [] if fn is None else fn.args.posonlyargs + fn.args.args
+    if not specs or len(args) < 2:
+        return code
+    name, read = args[1].arg, set()
+    above = {child: node for node in ast.walk(fn) for child in ast.iter_child_nodes(node)}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Name) and node.id == name:
+            up = above.get(node)
+            if not (isinstance(up, ast.Subscript) and up.value is node and isinstance(up.ctx, ast.Load)
+                    and isinstance(up.slice, ast.Constant) and isinstance(up.slice.value, str)):
+                return code
+            read.add(up.slice.value)
+    if any(isinstance(node, ast.Name) and node.id == PARAMS_NAME and not isinstance(node.ctx, ast.Store)
+           for node in ast.walk(tree)):
+        return code
+    if set(specs) <= read:
+        return code
+    return write_param_specs(code, {key: spec for key, spec in specs.items() if key in read})
 
 
 def _normalized(code: str) -> str | None:

@@ -141,3 +141,36 @@ def test_children_still_return_actions_of_the_right_shape():
         except Exception:  # noqa: BLE001  a broken child is what this counts
             pass
     assert good >= 45
+
+
+GATED = '''import numpy as np
+
+PARAMS = {"S": (12.0, 0.0, 60.0), "gate": (3.0, -10.0, 10.0), "alt": (1.5, 0.0, 3.0)}
+
+
+def policy(state, params):
+    position = state["on_hand"] + state["pipeline"].sum(axis=1)
+    base = np.maximum(params["S"] - position, 0.0)
+    return np.where(state["on_hand"] < params["gate"], base, base * params["alt"])
+'''
+
+
+def test_a_child_declares_no_parameter_its_policy_no_longer_reads():
+    """Removing the branch leaves its gate's parameters unread: the child drops them, so tuning
+    spends no trial on them. A program that may read its params another way keeps them all."""
+    from evaluators.params import read_params
+    from workers.embedded import without_unread_params
+
+    removed = GATED.replace('np.where(state["on_hand"] < params["gate"], base, base * params["alt"])', "base")
+    assert list(read_params(without_unread_params(removed, "policy"))) == ["S"]
+    assert without_unread_params(GATED, "policy") == GATED  # every one read: the text as it was
+    for other in ('    helper = params\n', '    extra = params.get("alt", 1.0)\n', '    extra = PARAMS["alt"]\n',
+                  '    params["alt"] = 2.0\n'):
+        code = removed.replace("    base = ", other + "    base = ")
+        assert without_unread_params(code, "policy") == code, other
+    mutator = _mutator(operators=["remove_branch"])
+    for seed in range(5):  # either arm of the branch may stay; the gate's parameter goes
+        child = mutator.propose(_request(seed, code=GATED)).code
+        declared = list(read_params(child))
+        assert "gate" not in declared and all(f"params['{key}']" in child or f'params["{key}"]' in child
+                                              for key in declared), child
