@@ -59,6 +59,7 @@ def cmd_status(args) -> int:
         if not is_damaged(note):
             _status_backup(run_dir)
             _status_away(run_dir, rows[-1][0])
+            _status_library_away(run_dir, rows[-1][0])
     if any(row[1] == STOPPED for row in rows):
         console.print("no driver holds this run: it stopped without ending (crash, kill or lost machine); "
                       f"everything committed is kept. Continue with: atoll resume {run_dir} (a run submitted as a "
@@ -117,6 +118,45 @@ def _status_away(run_dir: Path, run_id: str) -> None:
                       f"this machine is lost: atoll resume NEWDIR --from-backup {target}){failed}", soft_wrap=True)
     elif failed:
         console.print(f"backup's copy off this machine: none made yet ({rows[-1][2]})", soft_wrap=True)
+
+
+LOOK_S = 5.0  # how long status waits for controller.backup_dir to answer (a dead network mount never does)
+
+
+def _status_library_away(run_dir: Path, run_id: str) -> None:
+    """The library's newest copy in controller.backup_dir that knows the run (`controller.backup.LibraryAway`).
+    The folder is read in a thread of its own: a mount whose server is gone does not hold up status."""
+    import threading
+
+    from controller.backup import library_copy_for, when
+
+    run = run_id.replace("'", "''")
+    _, rows, _ = query_run(run_dir, f"SELECT config FROM runs WHERE run_id = '{run}'")
+    try:
+        config = json.loads(rows[0][0]) if rows and rows[0][0] else {}
+    except ValueError:
+        return
+    folder = (config.get("controller") or {}).get("backup_dir")
+    memory = config.get("memory") or {}
+    if not folder or not memory.get("enabled", True):
+        return
+    found: list = []
+
+    def look() -> None:
+        copy = library_copy_for(Path(folder).expanduser(), run_id)
+        found.append((copy, copy and when(copy)))
+    looking = threading.Thread(target=look, daemon=True)
+    looking.start()
+    looking.join(LOOK_S)
+    if not found:
+        console.print(f"library's copy off this machine: {folder} did not answer within {LOOK_S:g} s", soft_wrap=True)
+    elif found[0][0] is None:
+        console.print(f"library's copy off this machine: none in {folder} knows this run yet (one is made every "
+                      "memory.backup_every_s)", soft_wrap=True)
+    else:
+        console.print(f"library's copy off this machine: {found[0][0]}, of {found[0][1]} (if this machine is lost, "
+                      "atoll resume NEWDIR --from-backup FILE restores it where the new machine has no library)",
+                      soft_wrap=True)
 
 
 def _status_llm(run_dir: Path, run_id: str) -> None:

@@ -349,6 +349,7 @@ def test_a_run_whose_machine_is_lost_resumes_elsewhere_from_its_copy_in_backup_d
     shown = atoll(tmp_path, "status", run_dir).stdout
     assert f"backup's copy off this machine: {copy}, of " in shown, shown
     assert f"(if this machine is lost: atoll resume NEWDIR --from-backup {copy})" in shown, shown
+    assert f"library's copy off this machine: {library_copy}, of " in shown, shown  # memory across runs, too
     shutil.rmtree(tmp_path / "machine")  # the machine is lost, and its disk with it
     shown = atoll(tmp_path, "status", copy)  # what the copy holds, read where it lies
     assert shown.returncode == 0 and "running then" in shown.stdout, shown.stdout + shown.stderr

@@ -28,3 +28,26 @@ def test_status_lists_the_most_common_failure_reasons_by_their_last_line(tmp_pat
     assert "FAILED │ 3 │ IndexError: index 284" in text, table
     assert "TIMEOUT │ 1 │ CPU-time limit of 30 s exceeded" in text and "INVALID │ 2 │ bar 1991-12-04" in text
     assert "RACED" not in table and "Traceback" not in table
+
+
+def test_status_names_the_librarys_copy_and_waits_for_no_dead_backup_dir(tmp_path, atoll_cli):
+    """The library's copy in controller.backup_dir is looked for in a thread: where the folder does not
+    answer (a FIFO's open blocks, as a file on a mount whose server is gone does), status says so
+    after a few seconds and ends; where it holds no copy that knows the run, it says that."""
+    import os
+    import time
+
+    away = tmp_path / "away"
+    away.mkdir()
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with DuckDBArchive(run_dir / "archive.duckdb") as archive:
+        archive.create_run("r1", {"controller": {"backup_dir": str(away)}, "memory": {"enabled": True}})
+        archive.set_run_status("r1", "completed")
+    out = atoll_cli("status", str(run_dir)).stdout
+    assert f"library's copy off this machine: none in {away} knows this run yet" in out, out
+    os.mkfifo(away / "library-host-0123abcd.duckdb")  # no one ever writes to it
+    start = time.monotonic()
+    out = atoll_cli("status", str(run_dir), timeout=60).stdout
+    assert f"library's copy off this machine: {away} did not answer within 5 s" in out, out
+    assert time.monotonic() - start < 30
