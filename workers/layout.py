@@ -18,7 +18,9 @@ from __future__ import annotations
 import ast
 import copy
 import difflib
+import io
 import itertools
+import tokenize
 
 __all__ = ["keep_layout"]
 
@@ -29,7 +31,7 @@ def keep_layout(parent: str, child: str) -> str:
         ptree, ctree = ast.parse(parent), ast.parse(child)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return child
-    writer = _Writer(parent.split("\n"), child.split("\n"))
+    writer = _Writer(parent.split("\n"), child.split("\n"), _double_quoted(parent))
     try:
         writer.body(ptree.body, ctree.body, top=True)
     except _Shared:
@@ -49,8 +51,8 @@ class _Shared(Exception):
 class _Writer:
     """Walks both bodies in step, writing lines; `at` is the parent's next line not yet written (0-based)."""
 
-    def __init__(self, parent_lines: list[str], child_lines: list[str]):
-        self.plines, self.clines = parent_lines, child_lines
+    def __init__(self, parent_lines: list[str], child_lines: list[str], double: bool = False):
+        self.plines, self.clines, self.double = parent_lines, child_lines, double
         self.out: list[str] = []
         self.at = 0
 
@@ -107,8 +109,37 @@ class _Writer:
         while after is not None and start > after.end_lineno and not self.clines[start - 1].strip():
             start -= 1
         lines = self.clines[start:c.end_lineno]
+        if self.double:
+            lines = _with_double_quotes(lines)
         have = _indent(self.clines[c.lineno - 1])
         self.out.extend(indent + line[len(have):] if line.startswith(have) else line for line in lines)
+
+
+def _strings(lines: list[str]):
+    """The plain string tokens (no prefix, one line) of `lines`: (row from 0, start column, end column, text)."""
+    try:
+        for token in tokenize.generate_tokens(io.StringIO("\n".join(lines) + "\n").readline):
+            if token.type == tokenize.STRING and token.start[0] == token.end[0] and token.string[0] in "'\"":
+                yield token.start[0] - 1, token.start[1], token.end[1], token.string
+    except (tokenize.TokenError, SyntaxError):  # a statement cut out of its body; its text stays as it is
+        return
+
+
+def _double_quoted(code: str) -> bool:
+    """Whether the program writes its strings in double quotes more often than in single ones."""
+    quotes = [text[0] for *_, text in _strings(code.split("\n"))]
+    return quotes.count('"') > quotes.count("'")
+
+
+def _with_double_quotes(lines: list[str]) -> list[str]:
+    """`lines` with each single-quoted string that holds no quote or backslash in double quotes (the
+    child's text comes from `ast.unparse`, which prefers single ones)."""
+    lines = list(lines)
+    for row, start, end, text in reversed(list(_strings(lines))):
+        body = text[1:-1]
+        if text[0] == "'" and text[:3] != "'''" and not any(c in body for c in "'\"\\"):
+            lines[row] = lines[row][:start] + '"' + body + '"' + lines[row][end:]
+    return lines
 
 
 def _counterparts(p: ast.stmt, c: ast.stmt) -> bool:

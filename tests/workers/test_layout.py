@@ -120,3 +120,20 @@ def test_the_embedded_mutator_keeps_a_users_comments():
         assert ast.parse(proposal.code)
         kept += "# what is here plus what is on its way" in proposal.code
     assert kept >= 15, kept  # only an edit of that very statement, or the lines around it, drops it
+
+
+def test_a_changed_statement_takes_the_parents_quotes():
+    """`ast.unparse` writes strings in single quotes; in a parent that writes them in double ones, a
+    changed statement does too (a string holding a quote or a backslash stays as it is)."""
+    tree = ast.parse(PARENT)
+    tree.body[2].body[1].value.left.slice = ast.Constant("stock")
+    tree.body[2].body[-1].value.args[1] = ast.Constant('a"b')
+    child = ast.unparse(tree)
+    assert "state['stock']" in child
+    kept = keep_layout(PARENT, child)
+    assert _tree(kept) == _tree(child)
+    assert '    position = state["stock"] + state["pipeline"].sum(axis=1)\n' in kept, kept
+    assert "    return np.maximum(order, 'a\"b')\n" in kept, kept
+    single = PARENT.replace('"', "'").replace("'''", '"""')  # a parent that prefers single quotes keeps them
+    kept = keep_layout(single, ast.unparse(ast.parse(single)).replace("'on_hand'", "'stock'"))
+    assert "    position = state['stock'] + state['pipeline'].sum(axis=1)\n" in kept, kept
