@@ -138,10 +138,10 @@ def without_unread_params(code: str, entry_point: str) -> str:
     if not specs or len(args) < 2:
         return code
     name, read = args[1].arg, set()
-    above = {child: node for node in ast.walk(fn) for child in ast.iter_child_nodes(node)}
-    for node in ast.walk(fn):
-        if isinstance(node, ast.Name) and node.id == name:
-            up = above.get(node)
+    for up in ast.walk(fn):
+        for node in ast.iter_child_nodes(up):
+            if not (isinstance(node, ast.Name) and node.id == name):
+                continue
             if not (isinstance(up, ast.Subscript) and up.value is node and isinstance(up.ctx, ast.Load)
                     and isinstance(up.slice, ast.Constant) and isinstance(up.slice.value, str)):
                 return code

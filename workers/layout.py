@@ -18,30 +18,54 @@ from __future__ import annotations
 import ast
 import copy
 import difflib
+import functools
 import io
 import itertools
 import tokenize
+from dataclasses import dataclass, field
 
 __all__ = ["keep_layout"]
 
 
 def keep_layout(parent: str, child: str) -> str:
     """`child` in `parent`'s text wherever their statements agree; `child` itself when that fails."""
+    view = _parent_view(parent)
     try:
-        ptree, ctree = ast.parse(parent), ast.parse(child)
+        ctree = ast.parse(child)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return child
-    writer = _Writer(parent.split("\n"), child.split("\n"), _double_quoted(parent))
+    if view is None:
+        return child
+    writer = _Writer(view, child.split("\n"))
     try:
-        writer.body(ptree.body, ctree.body, top=True)
+        writer.body(view.tree.body, ctree.body, top=True)
     except _Shared:
         return child
     text = "\n".join(writer.out)
-    try:
-        same = ast.dump(ast.parse(text)) == ast.dump(ctree)
+    try:  # statement by statement: the child's were dumped once already
+        same = [ast.dump(s) for s in ast.parse(text).body] == writer.keys(ctree.body, writer.dumped)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         same = False
     return text if same else child
+
+
+@dataclass(frozen=True)
+class _Parent:
+    """What keep_layout reads of a parent, kept for its next children (a worker's requests share
+    parents: the islands' best few are drawn often)."""
+
+    tree: ast.Module
+    lines: list[str]
+    double: bool  # writes its strings in double quotes
+    dumped: dict = field(default_factory=dict)  # id of a statement -> its ast.dump
+
+
+@functools.lru_cache(maxsize=32)
+def _parent_view(parent: str) -> _Parent | None:
+    try:
+        return _Parent(ast.parse(parent), parent.split("\n"), _double_quoted(parent))
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
 
 
 class _Shared(Exception):
@@ -51,15 +75,24 @@ class _Shared(Exception):
 class _Writer:
     """Walks both bodies in step, writing lines; `at` is the parent's next line not yet written (0-based)."""
 
-    def __init__(self, parent_lines: list[str], child_lines: list[str], double: bool = False):
-        self.plines, self.clines, self.double = parent_lines, child_lines, double
+    def __init__(self, parent: _Parent, child_lines: list[str]):
+        self.parent, self.plines, self.clines, self.double = parent, parent.lines, child_lines, parent.double
         self.out: list[str] = []
         self.at = 0
+        self.dumped: dict[int, str] = {}  # the child's statements dumped so far, by id
+
+    @staticmethod
+    def keys(stmts: list[ast.stmt], dumped: dict[int, str]) -> list[str]:
+        """Each statement's ast.dump, each dumped once."""
+        for s in stmts:
+            if id(s) not in dumped:
+                dumped[id(s)] = ast.dump(s)
+        return [dumped[id(s)] for s in stmts]
 
     def body(self, pstmts: list[ast.stmt], cstmts: list[ast.stmt], top: bool = False) -> None:
         _separate(pstmts)
         indent = _indent(self.plines[pstmts[0].lineno - 1]) if pstmts else ""
-        keys = ([ast.dump(s) for s in pstmts], [ast.dump(s) for s in cstmts])
+        keys = (self.keys(pstmts, self.parent.dumped), self.keys(cstmts, self.dumped))
         for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, *keys, autojunk=False).get_opcodes():
             if tag == "equal":
                 for s in pstmts[i1:i2]:
