@@ -24,10 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from controller.dedup import Dedup  # noqa: E402
 from evaluators.registry import get_domain  # noqa: E402
-from workers.llm.prompts import PromptInput  # noqa: E402
 from workers.ast_ops import OPERATORS, OpContext  # noqa: E402
 from workers.embedded import without_unread_params  # noqa: E402
 from workers.layout import keep_layout  # noqa: E402
+from workers.llm.prompts import PromptInput  # noqa: E402
 from workers.llm.worker import _child  # noqa: E402
 
 
