@@ -116,7 +116,8 @@ def test_the_embedded_mutator_replays_skills_only_when_the_request_carries_some(
     with_skill = [mutator.propose(MutationRequest("r", 0, 1, "p", SEED_PROGRAM, operator_weights=tuple(only_skill),
                                                   seed=s, skills=(skill,))) for s in range(5)]
     assert {(p.operator, p.skill_id) for p in with_skill} == {("embedded:skill", skill.skill_id)}
-    assert all("np.minimum(np.maximum(params['level'] - position, 0), params['cap'])" in p.code for p in with_skill)
+    # in the seed's own quotes (workers.layout)
+    assert all('np.minimum(np.maximum(params["level"] - position, 0), params["cap"])' in p.code for p in with_skill)
     plain = [mutator.propose(MutationRequest("r", 0, 1, "p", SEED_PROGRAM, seed=s)) for s in range(30)]
     assert all(p.operator != "embedded:skill" and p.skill_id == "" for p in plain)
     assert "skill" not in EmbeddedMutatorConfig(operators=("perturb_const",)).operators
