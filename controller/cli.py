@@ -53,7 +53,8 @@ a run's archive (DuckDB SQL; every table has run_id):
   run_secrets      the seeds each split's data was drawn from
 views: best_per_island, program_scores, mutator_success, llm_usage, llm_prompts (each call's
   prompt), raced, racing_summary, skills_learned, skill_uses, warm_starts
-macro: lineage_of('PROGRAM_ID'): the program and its ancestors, nearest first (depth, score, ...)
+macro: lineage_of('PROGRAM_ID'): the program and its ancestors, nearest first (depth, score, ...);
+  atoll lineage DIR PROGRAM_ID --diff shows its first parents' line with each step's change
 
 examples:
   atoll query runs/x "SELECT * FROM best_per_island"

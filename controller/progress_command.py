@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
+import sys
 from pathlib import Path
 
 from controller.cli import UserError
@@ -71,6 +73,8 @@ def cmd_progress(args) -> int:
 
     print_rows(cols, [(n, stamp(made), f"{score:.6g}", "" if gain is None else f"+{gain:.4g}", *rest)
                       for n, made, score, gain, *rest in shown], None)
+    print(f"how one was made, step by step: atoll lineage {shlex.quote(str(run_dir))} PROGRAM_ID --diff",
+          file=sys.stderr)
     cols, rows, _ = query_run(run_dir, (
         f"WITH o AS ({ordered}) SELECT island, count(*) AS evaluations, max(score) FILTER (WHERE ok) AS best, "
         "max(n) FILTER (WHERE island_improved) AS last_improvement "

@@ -32,7 +32,9 @@ def _rows(out: str, title: str) -> list[list[str]]:
 
 def test_progress_lists_each_improvement_of_the_best_and_each_islands_last_also_on_a_copy(tmp_path, atoll_cli):
     run_dir = _run(tmp_path / "run")
-    out = atoll_cli("progress", str(run_dir)).stdout
+    shown = atoll_cli("progress", str(run_dir))
+    out = shown.stdout
+    assert f"how one was made, step by step: atoll lineage {run_dir} PROGRAM_ID --diff" in shown.stderr
     assert "run r1: 8 search evaluations, 6 of them OK; best -1 (the seed: -3)" in out, out
     assert "last improvement: evaluation 6 of 8 (2 evaluations since; made " in out, out
     line = next(line for line in out.splitlines() if line.startswith("best so far, evaluations 1 to 8: "))
