@@ -232,7 +232,7 @@ def report_queries(archive, run_dir: Path, deep: str | None) -> None:
     from controller.progress_command import cmd_progress
 
     def progress() -> str:
-        with contextlib.redirect_stdout(io.StringIO()) as out:
+        with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(io.StringIO()):
             cmd_progress(argparse.Namespace(run_dir=str(run_dir), json=False))
         return out.getvalue()
     wall, cpu, out = median_s(progress, repeat=3)
@@ -241,7 +241,7 @@ def report_queries(archive, run_dir: Path, deep: str | None) -> None:
     from controller.lineage_command import cmd_lineage
 
     def lineage() -> str:
-        with contextlib.redirect_stdout(io.StringIO()) as out:
+        with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(io.StringIO()):
             cmd_lineage(argparse.Namespace(run_dir=str(run_dir), program=target[:8], diff=True, last=None,
                                            json=False))
         return out.getvalue()

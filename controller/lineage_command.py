@@ -32,7 +32,8 @@ def cmd_lineage(args) -> int:
     pid, note = _program(run_dir, args.program)
     chain = _chain(run_dir, pid)
     shown = chain if args.last is None else chain[-args.last:]
-    code = _code(run_dir, [step["program_id"] for step in chain]) if args.diff or args.json else {}
+    first = shown[0]["step"]  # a diff of the first step shown needs its parent's code too
+    code = _code(run_dir, [s["program_id"] for s in chain[max(first - 1, 0):]]) if args.diff or args.json else {}
     calls = _calls(run_dir, [s["program_id"] for s in shown if s["source"].startswith("llm:")]) if args.diff or args.json else {}
     if args.json:
         for step in shown:
@@ -124,9 +125,13 @@ def _chain(run_dir: Path, pid: str) -> list[dict]:
                                        "source", "status", "score", "gain", "heldout", "error")} for row in chain]
 
 
+def _listed(ids: list[str]) -> str:
+    """Program ids as an SQL list of literals."""
+    return ", ".join("'" + pid.replace("'", "''") + "'" for pid in ids)
+
+
 def _code(run_dir: Path, ids: list[str]) -> dict[str, str]:
-    listed = ", ".join("'" + pid.replace("'", "''") + "'" for pid in ids)
-    _, rows, _ = query_run(run_dir, f"SELECT program_id, code FROM programs WHERE program_id IN ({listed})")
+    _, rows, _ = query_run(run_dir, f"SELECT program_id, code FROM programs WHERE program_id IN ({_listed(ids)})")
     return dict(rows)
 
 
@@ -135,12 +140,11 @@ def _calls(run_dir: Path, ids: list[str]) -> dict[str, tuple]:
     tokens in, tokens out, seconds). Empty where the archive has no such record."""
     if not ids:
         return {}
-    listed = ", ".join("'" + pid.replace("'", "''") + "'" for pid in ids)
     try:
         _, rows, _ = query_run(run_dir, (
             "SELECT program_id, arg_max(call_id, created_at), arg_max(model, created_at), arg_max(tokens_in, created_at), "
             "arg_max(tokens_out, created_at), arg_max(latency_s, created_at) FROM llm_calls "
-            f"WHERE program_id IN ({listed}) GROUP BY program_id"))
+            f"WHERE program_id IN ({_listed(ids)}) GROUP BY program_id"))
     except UserError:
         return {}
     return {row[0]: row[1:] for row in rows}
