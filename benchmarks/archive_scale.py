@@ -243,7 +243,7 @@ def report_queries(archive, run_dir: Path, deep: str | None) -> None:
     def lineage() -> str:
         with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(io.StringIO()):
             cmd_lineage(argparse.Namespace(run_dir=str(run_dir), program=target[:8], diff=True, last=None,
-                                           json=False))
+                                           json=False, whole=False))
         return out.getvalue()
     wall, cpu, out = median_s(lineage, repeat=3)
     print(f"    {'atoll lineage --diff (4 live queries)':<38}{wall * 1e3:>9.1f} ms ({cpu * 1e3:.1f} ms CPU)  "

@@ -104,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
                                          "controller.backup_dir)")
     lineage.add_argument("program", nargs="?", help="a program id, or the start of one (default: the run's best)")
     lineage.add_argument("--diff", action="store_true", help="also print each step's diff from its parent")
+    lineage.add_argument("--whole", action="store_true", help="also print what the steps changed together: one "
+                                                              "diff from the root (or the parent of the first step "
+                                                              "shown) to the program")
     lineage.add_argument("--last", type=int, metavar="N", help="only the latest N steps")
     lineage.add_argument("--json", action="store_true", help="print each step as a JSON line, its code included")
     sub.choices["best"].add_argument("--out", metavar="FILE", help="also write the program to FILE, ready to "

@@ -33,7 +33,9 @@ def cmd_lineage(args) -> int:
     chain = _chain(run_dir, pid)
     shown = chain if args.last is None else chain[-args.last:]
     first = shown[0]["step"]  # a diff of the first step shown needs its parent's code too
-    code = _code(run_dir, [s["program_id"] for s in chain[max(first - 1, 0):]]) if args.diff or args.json else {}
+    whole = args.whole
+    code = (_code(run_dir, [s["program_id"] for s in chain[max(first - 1, 0):]]) if args.diff or args.json else
+            _code(run_dir, [chain[max(first - 1, 0)]["program_id"], pid]) if whole else {})
     calls = _calls(run_dir, [s["program_id"] for s in shown if s["source"].startswith("llm:")]) if args.diff or args.json else {}
     if args.json:
         for step in shown:
@@ -58,6 +60,8 @@ def cmd_lineage(args) -> int:
                       for s in shown], None)
     if args.diff:
         _print_diffs(shown, chain, code, calls, run_dir)
+    if whole:
+        _print_whole(chain[max(first - 1, 0)], chain[-1], code)
     if note:
         print(note, file=sys.stderr)
     return 0
@@ -180,12 +184,31 @@ def _print_diffs(shown: list[dict], chain: list[dict], code: dict[str, str], cal
             before, after = _lines(code.get(chain[i - 1]["program_id"], "")), _lines(code.get(step["program_id"], ""))
             lines = list(difflib.unified_diff(before, after, chain[i - 1]["program_id"], step["program_id"],
                                               n=2, lineterm="")) or ["  (the same code as its parent)"]
-        for line in lines:
-            style = ("green" if line.startswith("+") and not line.startswith("+++") else
-                     "red" if line.startswith("-") and not line.startswith("---") else
-                     "cyan" if line.startswith("@@") else "")
-            text.append(visible(line) + "\n", style=style)
+        _append_diff(text, lines)
         console.print(text, soft_wrap=True, end="")
+
+
+def _print_whole(start: dict, end: dict, code: dict[str, str]) -> None:
+    """What all the steps from `start` to `end` changed together, as one unified diff."""
+    from rich.text import Text
+
+    steps = end["step"] - start["step"]
+    text = Text(f"\nfrom {start['program_id']} ({start['source']}) to {end['program_id']}, "
+                + ("1 step:\n" if steps == 1 else f"{steps} steps together:\n"), style="bold")
+    lines = list(difflib.unified_diff(_lines(code.get(start["program_id"], "")), _lines(code.get(end["program_id"], "")),
+                                      start["program_id"], end["program_id"], n=2, lineterm=""))
+    _append_diff(text, lines or ["  (the same code)"])
+    console.print(text, soft_wrap=True, end="")
+
+
+def _append_diff(text, lines: list[str]) -> None:
+    """Diff lines onto a rich Text, added ones green, removed ones red, hunk heads cyan; control
+    characters written out (a Text is not a string, which the console would see to)."""
+    for line in lines:
+        style = ("green" if line.startswith("+") and not line.startswith("+++") else
+                 "red" if line.startswith("-") and not line.startswith("---") else
+                 "cyan" if line.startswith("@@") else "")
+        text.append(visible(line) + "\n", style=style)
 
 
 def _lines(text: str) -> list[str]:

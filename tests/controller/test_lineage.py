@@ -63,6 +63,12 @@ def test_lineage_walks_first_parents_back_to_the_seed_with_each_steps_gain_and_d
             f"atoll query {run_dir} \"SELECT p.prompt, c.completion FROM llm_calls c JOIN llm_prompts p USING (call_id) "
             "WHERE call_id = 'c2'\"\n--- a300\n") in diffs, diffs
 
+    whole = atoll_cli("lineage", str(run_dir), "--whole").stdout.split("\nfrom ", 1)[1]  # all the steps in one diff
+    assert whole == ("s000 (seed) to a300, 3 steps together:\n--- s000\n+++ a300\n@@ -1,3 +1,3 @@\n"
+                     " def policy(state, params):\n-    level = 0\n+    level = 4\n     return level\n"), whole
+    last = atoll_cli("lineage", str(run_dir), "a400", "--whole", "--last", "1").stdout
+    assert "\nfrom a300 (embedded:crossover) to a400, 1 step:\n" in last, last
+
     steps = [json.loads(line) for line in atoll_cli("lineage", str(run_dir), "--json").stdout.splitlines()]
     assert [(s["step"], s["program_id"], s["parent_id"], s["other_parents"], s["code"]) for s in steps] == [
         (0, "s000", None, [], _code(0)), (1, "a100", "s000", [], _code(1)), (2, "a200", "a100", [], _code(3)),
