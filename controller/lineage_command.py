@@ -125,8 +125,24 @@ def _chain(run_dir: Path, pid: str) -> list[dict]:
                    gain=None if score is None or parent is None else score - parent)
     if chain[0]["parent_id"] is not None:  # the first parent is not in the archive (a foreign id)
         chain[0]["source"] += f" (from {chain[0]['parent_id']}, not in this archive)"
+    elif chain[0]["source"] == "warm-start":  # an elite of an earlier run, from the library
+        chain[0]["source"] += _elite_of(run_dir, chain[0]["program_id"])
     return [{key: row[key] for key in ("step", "program_id", "parent_id", "other_parents", "made", "island",
                                        "source", "status", "score", "gain", "heldout", "error")} for row in chain]
+
+
+def _elite_of(run_dir: Path, pid: str) -> str:
+    """Where a warm start's elite came from: the run and program its lineage goes on in."""
+    try:
+        _, rows, _ = query_run(run_dir, "SELECT source_run, source_program_id FROM warm_starts "
+                                        f"WHERE program_id IN ({_listed([pid])}) LIMIT 1")
+    except UserError:  # an archive from before the library
+        return ""
+    if not rows or not rows[0][1]:
+        return ""
+    run, program = rows[0]
+    return (f" (run {run}'s {program}; its lineage goes on there: atoll lineage ITS_RUN_DIR {program}, "
+            "the directory as atoll runs lists it)")
 
 
 def _listed(ids: list[str]) -> str:

@@ -78,6 +78,22 @@ def test_lineage_walks_first_parents_back_to_the_seed_with_each_steps_gain_and_d
     assert (last["status"], last["error"], last["llm_call"]) == ("FAILED", "no", "c2"), last
 
 
+def test_a_warm_started_root_names_the_run_and_program_it_came_from(tmp_path, atoll_cli):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with DuckDBArchive(run_dir / "archive.duckdb") as archive:
+        archive.create_run("r2", {})
+        archive.record([(Candidate("w0", "r2", 0, 0, (), _code(0), "warm-start", 1.8e9),
+                         EvalResult("w0", "search", Status.OK, score=-2.0)),
+                        (Candidate("w1", "r2", 0, 1, ("w0",), _code(1), "llm:m", 1.8e9 + 1),
+                         EvalResult("w1", "search", Status.OK, score=-1.0))])
+        archive.log_events("r2", [("warm-start", {"program_id": "w0", "source_run": "r1", "source_program_id": "a300",
+                                                  "status": "OK", "search_score": -2.0})])
+    out = atoll_cli("lineage", str(run_dir)).stdout
+    assert out.startswith("program w1: search score -1; 1 step from w0 (warm-start (run r1's a300; its lineage goes "
+                          "on there: atoll lineage ITS_RUN_DIR a300, the directory as atoll runs lists it))\n"), out
+
+
 def test_lineage_of_an_unknown_or_ambiguous_id_says_so_in_one_line(tmp_path, atoll_cli):
     run_dir = _run(tmp_path / "run")
     for args, said in ((("a",), "'a' begins 4 program ids (a100, a200, a300, a400); give more of it"),
