@@ -143,13 +143,18 @@ def _status_library_away(run_dir: Path, run_id: str) -> None:
     found: list = []
 
     def look() -> None:
-        copy = library_copy_for(Path(folder).expanduser(), run_id)
-        found.append((copy, copy and when(copy)))
+        try:
+            copy = library_copy_for(Path(folder).expanduser(), run_id)
+            found.append((copy, copy and when(copy)))
+        except OSError as exc:  # the copy replaced as it was read, a folder this user cannot read
+            found.append((None, exc.strerror or str(exc)))
     looking = threading.Thread(target=look, daemon=True)
     looking.start()
     looking.join(LOOK_S)
     if not found:
         console.print(f"library's copy off this machine: {folder} did not answer within {LOOK_S:g} s", soft_wrap=True)
+    elif found[0][0] is None and found[0][1]:
+        console.print(f"library's copy off this machine: {folder} cannot be read ({found[0][1]})", soft_wrap=True)
     elif found[0][0] is None:
         console.print(f"library's copy off this machine: none in {folder} knows this run yet (one is made every "
                       "memory.backup_every_s)", soft_wrap=True)
