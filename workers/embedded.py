@@ -128,27 +128,25 @@ def without_unread_params(code: str, entry_point: str) -> str:
     gate's parameters behind, and tuning would spend its trials on them. `code` itself where the
     program may read its params another way (passes them on, iterates or assigns them, reads PARAMS
     by name)."""
+    loaded = u.parse_function(code, entry_point)
+    if loaded is None:
+        return code
+    tree, fn = loaded
     try:
-        tree = ast.parse(code)
         specs = read_params(code, tree)
-    except (SyntaxError, ValueError, ProgramFormatError, MemoryError, RecursionError):
+    except (ValueError, ProgramFormatError):
         return code
-    fn = next((s for s in tree.body if isinstance(s, ast.FunctionDef) and s.name == entry_point), None)
-    args = [] if fn is None else fn.args.posonlyargs + fn.args.args
-    if not specs or len(args) < 2:
+    name = u.arg_name(fn, 1, "")
+    if not specs or not name:
         return code
-    name, read = args[1].arg, set()
-    for up in ast.walk(fn):
-        for node in ast.iter_child_nodes(up):
-            if not (isinstance(node, ast.Name) and node.id == name):
-                continue
-            if not (isinstance(up, ast.Subscript) and up.value is node and isinstance(up.ctx, ast.Load)
-                    and isinstance(up.slice, ast.Constant) and isinstance(up.slice.value, str)):
-                return code
-            read.add(up.slice.value)
-    if any(isinstance(node, ast.Name) and node.id == PARAMS_NAME and not isinstance(node.ctx, ast.Store)
-           for node in ast.walk(tree)):
-        return code
+    uses = sum(isinstance(node, ast.Name) and node.id == name for node in ast.walk(fn))
+    plain = sum(isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and isinstance(node.value, ast.Name)
+                and node.value.id == name and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str)
+                for node in ast.walk(fn))
+    if uses != plain or any(isinstance(node, ast.Name) and node.id == PARAMS_NAME
+                            and not isinstance(node.ctx, ast.Store) for node in ast.walk(tree)):
+        return code  # params read another way too (passed on, iterated, assigned), or PARAMS by name
+    read = set(u.param_keys(fn, name))
     if set(specs) <= read:
         return code
     return write_param_specs(code, {key: spec for key, spec in specs.items() if key in read})

@@ -76,7 +76,7 @@ class _Writer:
     """Walks both bodies in step, writing lines; `at` is the parent's next line not yet written (0-based)."""
 
     def __init__(self, parent: _Parent, child_lines: list[str]):
-        self.parent, self.plines, self.clines, self.double = parent, parent.lines, child_lines, parent.double
+        self.parent, self.plines, self.clines = parent, parent.lines, child_lines
         self.out: list[str] = []
         self.at = 0
         self.dumped: dict[int, str] = {}  # the child's statements dumped so far, by id
@@ -142,7 +142,7 @@ class _Writer:
         while after is not None and start > after.end_lineno and not self.clines[start - 1].strip():
             start -= 1
         lines = self.clines[start:c.end_lineno]
-        if self.double:
+        if self.parent.double:
             lines = _with_double_quotes(lines)
         have = _indent(self.clines[c.lineno - 1])
         self.out.extend(indent + line[len(have):] if line.startswith(have) else line for line in lines)
@@ -177,8 +177,7 @@ def _with_double_quotes(lines: list[str]) -> list[str]:
 
 def _counterparts(p: ast.stmt, c: ast.stmt) -> bool:
     """Whether the child's statement `c` is the parent's `p` changed (rather than a new one): of one
-    kind, and a function, class, loop or the like with only its body changed, or an assignment to the
-    same target."""
+    kind, and for an assignment one to the same target, for a function or class one of the same name."""
     if type(p) is not type(c):
         return False
     if isinstance(p, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
