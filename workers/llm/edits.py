@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 
 from evaluators.params import ProgramFormatError, read_params
+from workers._ast_util import param_keys
 from workers.normal_form import form_of
 
 UNPARSEABLE, DID_NOT_APPLY, INVALID_PROGRAM = "unparseable", "did_not_apply", "invalid_program"
@@ -208,12 +209,7 @@ def _parent(parent: str, entry_point: str) -> tuple[int | None, str | None]:
 def _params_read(func: ast.FunctionDef) -> set[str]:
     """Keys the function reads as `params["name"]` (its second positional argument)."""
     args = func.args.posonlyargs + func.args.args
-    if len(args) < 2:
-        return set()
-    name = args[1].arg
-    return {node.slice.value for node in ast.walk(func)
-            if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == name
-            and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str)}
+    return set(param_keys(func, args[1].arg)) if len(args) >= 2 else set()
 
 
 def _function(tree: ast.Module, name: str) -> ast.FunctionDef | None:
