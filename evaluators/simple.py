@@ -32,6 +32,7 @@ import abc
 from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
+import optuna
 from pydantic import BaseModel, ConfigDict, Field
 
 from evaluators._base import CandidateError, Domain, Outcome, PolicyFn, check_split
@@ -64,11 +65,18 @@ class SimpleOptions(BaseModel):
 class _Actions:
     """The sandboxed policy as the simulator sees it: one state per job, params attached, actions checked."""
 
-    def __init__(self, policy: PolicyFn, domain: "SimpleDomain", params: list[dict], labels: list[str]):
+    def __init__(self, policy: PolicyFn, domain: "SimpleDomain", params: list[dict], labels: list[str],
+                 tolerant: bool = False):
+        """`tolerant` (a tuning round): an action that is not finite or outside the bounds marks its
+        job in `out_of_range` and reaches the simulator clipped into range, instead of failing the
+        program, since it may follow from the parameters its trial tried; the first reason is kept."""
         self.policy, self.domain, self.params, self.labels = policy, domain, params, labels
         n = len(params)
         self.sums, self.squares, self.counts = np.zeros(n), np.zeros(n), np.zeros(n)
         self.failure: CandidateError | None = None
+        self.tolerant = tolerant
+        self.out_of_range = np.zeros(n, bool)
+        self.first_out_of_range: str | None = None
         self.step = 0
 
     def __call__(self, states: Sequence[dict | None]) -> list[Any]:
@@ -104,14 +112,25 @@ class _Actions:
         if shape is not None and action.shape != tuple(shape):
             raise InvalidAction(f"{where}: the action has shape {action.shape}; expected {tuple(shape)}")
         if not np.isfinite(action).all():
-            raise InvalidAction(f"{where}: the action is not finite ({action.ravel()[~np.isfinite(action.ravel())][0]})")
+            action = self._out_of_range(job, action, f"{where}: the action is not finite "
+                                                     f"({action.ravel()[~np.isfinite(action.ravel())][0]})")
         if bounds is not None and action.size and (action.min() < bounds[0] or action.max() > bounds[1]):
-            raise InvalidAction(f"{where}: the action {action.ravel()[0] if action.size == 1 else action} is "
-                                f"outside [{bounds[0]:g}, {bounds[1]:g}]")
+            action = self._out_of_range(job, action, f"{where}: the action {action.ravel()[0] if action.size == 1 else action} "
+                                                     f"is outside [{bounds[0]:g}, {bounds[1]:g}]")
         self.sums[job] += action.sum()
         self.squares[job] += np.square(action).sum()
         self.counts[job] += action.size
         return float(action) if action.ndim == 0 else action
+
+    def _out_of_range(self, job: int, action: np.ndarray, reason: str) -> np.ndarray:
+        """Fail the program with `reason`; in a tuning round, mark the job and go on with the action in range."""
+        if not self.tolerant:
+            raise InvalidAction(reason)
+        self.out_of_range[job] = True
+        self.first_out_of_range = self.first_out_of_range or reason
+        bounds = self.domain.action_bounds
+        action = np.nan_to_num(action, nan=0.0, posinf=0.0, neginf=0.0)
+        return np.clip(action, *bounds) if bounds is not None else action
 
     def descriptors(self, jobs: slice) -> tuple[float, float]:
         """Mean and standard deviation of every action of `jobs`."""
@@ -208,11 +227,13 @@ class SimpleDomain(Domain):
         descriptors = (float(mean), float(np.sqrt(max(moments[1] / count - mean * mean, 0.0))))
         return self._outcome(instances, np.asarray(scores), descriptors, values, params, int(bool(params)))
 
-    def _play(self, policy: PolicyFn, instances: list, trials: list[dict]) -> tuple[np.ndarray, _Actions]:
-        """Scores of every (trial, instance) pair, shape (trials, instances), from one simulate() call."""
+    def _play(self, policy: PolicyFn, instances: list, trials: list[dict],
+              tolerant: bool = False) -> tuple[np.ndarray, _Actions]:
+        """Scores of every (trial, instance) pair, shape (trials, instances), from one simulate() call
+        (`tolerant`: see `_Actions`)."""
         jobs = [inst for _ in trials for inst in instances]
         labels = [self.label(inst, i) for _ in trials for i, inst in enumerate(instances)]
-        actions = _Actions(policy, self, [dict(t) for t in trials for _ in instances], labels)
+        actions = _Actions(policy, self, [dict(t) for t in trials for _ in instances], labels, tolerant)
         try:
             scores = self.simulate(jobs, actions)
         except CandidateError:
@@ -239,11 +260,15 @@ class SimpleDomain(Domain):
         """(best values, their per-instance scores, their descriptors, trials run) on the search instances."""
         cfg, seed = self.config, self.secrets.seed("search", "tuning")
         study = new_study(params, sobol_sampler(seed))
-        dists, best, done = distributions(params), None, 0
+        dists, best, done, first = distributions(params), None, 0, None
         while done < cfg.tune_trials:
             trials = [study.ask(dists) for _ in range(min(cfg.tune_batch, cfg.tune_trials - done))]
-            scores, actions = self._play(policy, instances, [t.params for t in trials])
+            scores, actions = self._play(policy, instances, [t.params for t in trials], tolerant=True)
+            first = first or actions.first_out_of_range
             for k, trial in enumerate(trials):
+                if actions.out_of_range[k * len(instances):(k + 1) * len(instances)].any():
+                    study.tell(trial, state=optuna.trial.TrialState.FAIL)  # its parameters' fault, not the program's
+                    continue
                 mean = float(scores[k].mean())
                 study.tell(trial, -mean)
                 if best is None or mean > best[0]:
@@ -252,6 +277,8 @@ class SimpleDomain(Domain):
             if done == 0:
                 study.sampler = EliteSampler(seed)
             done += len(trials)
+        if best is None:
+            raise InvalidAction(f"{first}; every one of the {done} tuning trials of its PARAMS acted out of range")
         return best[1], best[2], best[3], done
 
     def _outcome(self, instances, scores: np.ndarray, descriptors, values, params, trials) -> Outcome:

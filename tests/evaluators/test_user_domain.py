@@ -126,6 +126,24 @@ def test_actions_are_checked_before_the_simulator_sees_them(tmp_path, answer, st
     assert result.status == status and needle in result.error, result.error
 
 
+def test_a_tuning_trial_that_acts_out_of_range_fails_alone_and_the_program_keeps_its_best_trial(tmp_path):
+    # most of this gain's range moves the point by more than the bounds allow; those trials fail,
+    # the written 0.3 and the others in range are scored, and the best of them is the program's
+    code = ('PARAMS = {"gain": (0.3, 0.0, 50.0)}\n\n\n'
+            'def act(state, params):\n    return params["gain"] * (state["target"] - state["position"])\n')
+    result = _evaluate(_config(tmp_path), code)
+    assert result.status == Status.OK, result.error
+    assert result.score > -0.2 and 0.8 < result.tuned_params["gain"] <= 2.0  # in range for a target up to 5
+
+
+def test_a_program_no_tuning_trial_of_which_acts_in_range_is_invalid_with_the_first_reason(tmp_path):
+    code = 'PARAMS = {"push": (20.0, 15.0, 30.0)}\n\n\ndef act(state, params):\n    return params["push"]\n'
+    result = _evaluate(_config(tmp_path), code)
+    assert result.status == Status.INVALID, result.error
+    assert result.error.startswith("instance 0, step 1: the action 20.0 is outside [-10, 10]")
+    assert result.error.endswith("; every one of the 24 tuning trials of its PARAMS acted out of range")
+
+
 def test_a_simulator_that_catches_every_error_cannot_hide_a_bad_action(tmp_path):
     assert "except Exception" in SWALLOWING
     result = _evaluate(_config(tmp_path, SWALLOWING), "def act(state, params):\n    return float('nan')\n")

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+import optuna
 
 from evaluators._base import CandidateError, PolicyFn, numeric_reply
 from evaluators.params import ParamSpec
@@ -50,10 +51,13 @@ def demand_matrix(spec: InstanceSpec, mean: float, rng: np.random.Generator, tra
     return rng.geometric(1.0 / (1.0 + mean), size=(trajectories, periods)) - 1
 
 
-def check_orders(reply, rows: int, at: tuple, max_order: int) -> np.ndarray:
+def check_orders(reply, rows: int, at: tuple, max_order: int, out_of_range: Violations | None = None) -> np.ndarray:
     """The policy's reply as integer orders, or a CandidateError saying what is wrong.
 
-    `at` is (instance spec, period), named in the reason.
+    `at` is (instance spec, period), named in the reason. With `out_of_range` (a tuning
+    round), orders that are negative or not finite mark their rows there and are read as
+    0 for the rest of the simulation, instead of failing the program: they may follow from
+    the parameters a trial tried, not from the program. Anything else still fails it.
     """
     orders = numeric_reply(reply, "orders", lambda reason: _reject(at, reason), rows)
     if orders.shape != (rows,):
@@ -62,9 +66,30 @@ def check_orders(reply, rows: int, at: tuple, max_order: int) -> np.ndarray:
     low, high = orders.min(), orders.max()
     if not (low >= 0 and high < np.inf):  # NaN fails both comparisons
         bad = ~np.isfinite(orders.astype(float))
-        _reject(at, f"{int(bad.sum())} of {rows} orders are not finite (e.g. {orders[bad][0]})" if bad.any()
-                else f"orders must be >= 0, got {low:g}")
+        reason = (f"{int(bad.sum())} of {rows} orders are not finite (e.g. {orders[bad][0]})" if bad.any()
+                  else f"orders must be >= 0, got {low:g}")
+        if out_of_range is None:
+            _reject(at, reason)
+        bad |= ~(orders >= 0)
+        out_of_range.mark(bad, f"instance {at[0].key}, period {at[1]}: {reason}")
+        orders = np.where(bad, 0, orders)
     return np.minimum(np.rint(orders), max_order).astype(np.int64)
+
+
+class Violations:
+    """The rows of one block whose orders were out of range in a tuning round, and the first reason."""
+
+    def __init__(self, rows: int):
+        self.rows = np.zeros(rows, bool)
+        self.first: str | None = None
+
+    def mark(self, rows: np.ndarray, reason: str) -> None:
+        self.rows |= rows
+        self.first = self.first or reason
+
+    def error(self, trials: int) -> CandidateError:
+        return CandidateError(Status.INVALID, f"{self.first}; every one of the {trials} tuning trials of its "
+                                              "PARAMS ordered out of range")
 
 
 def _reject(at: tuple, reason: str):
@@ -114,17 +139,23 @@ class Simulator:
         self.config = config
         self.mean_of = mean_of or (lambda spec: config.mean_demand)
 
-    def run(self, policy: PolicyFn, blocks: list[Block], warmup: int) -> list[RowStats]:
+    def run(self, policy: PolicyFn, blocks: list[Block], warmup: int,
+            violations: list[Violations] | None = None) -> list[RowStats]:
+        """Every block's rows to the horizon. With `violations` (a tuning round) it gets one
+        `Violations` per block, and out-of-range orders mark their rows instead of failing."""
         cfg = self.config
         horizon = blocks[0].demand.shape[1]
         sims = [_Rows(b, horizon) for b in blocks]
         fixed = [self._constants(b) for b in blocks]
+        marks = [Violations(len(s.on_hand)) if violations is not None else None for s in sims]
+        if violations is not None:
+            violations[:] = marks
         for t in range(horizon):
             batches = [(dict(c, on_hand=s.on_hand, pipeline=s.pipeline(t), period=t), s.block.params)
                        for s, c in zip(sims, fixed)]
             replies = policy(batches)
-            for s, reply in zip(sims, replies):
-                s.step(t, check_orders(reply, len(s.on_hand), (s.block.spec, t), cfg.max_order))
+            for s, reply, mark in zip(sims, replies, marks):
+                s.step(t, check_orders(reply, len(s.on_hand), (s.block.spec, t), cfg.max_order, mark))
         return [s.stats(warmup, cfg.holding) for s in sims]
 
     def _constants(self, block: Block) -> dict:
@@ -161,16 +192,22 @@ class Tuner:
         studies = [new_study(params, sobol_sampler(seed)) for seed in seeds]
         dists = distributions(params)
         best: list[Tuned | None] = [None] * len(specs)
+        first: list[Violations | None] = [None] * len(specs)  # per instance, the first round with a violation
         for start in range(0, cfg.tune_trials, cfg.tune_batch):
             n = min(cfg.tune_batch, cfg.tune_trials - start)
             trials = [[study.ask(dists) for _ in range(n)] for study in studies]
             blocks = [self._block(spec, d, ts, params) for spec, d, ts in zip(specs, demands, trials)]
-            results = self.simulator.run(policy, blocks, cfg.warmup)
-            for i, (study, ts, st) in enumerate(zip(studies, trials, results)):
-                best[i] = self._tell(study, ts, st, best[i], len(demands[i]))
+            violations: list[Violations] = []
+            results = self.simulator.run(policy, blocks, cfg.warmup, violations)
+            for i, (study, ts, st, v) in enumerate(zip(studies, trials, results, violations)):
+                best[i] = self._tell(study, ts, st, best[i], len(demands[i]), v.rows)
+                first[i] = first[i] or (v if v.first else None)
             if start == 0:  # the first round: the defaults, then a scrambled Sobol design
                 for study, seed in zip(studies, seeds):
                     study.sampler = EliteSampler(seed=seed)
+        for tuned, v in zip(best, first):
+            if tuned is None:  # no trial kept its orders in range on this instance: the program's fault
+                raise v.error(cfg.tune_trials)
         return best
 
     @staticmethod
@@ -180,9 +217,13 @@ class Tuner:
         return Block(spec, np.tile(demand, (len(trials), 1)), values)
 
     @staticmethod
-    def _tell(study, trials, stats: RowStats, best: Tuned | None, reps: int) -> Tuned:
+    def _tell(study, trials, stats: RowStats, best: Tuned | None, reps: int, out_of_range: np.ndarray) -> Tuned | None:
+        """Tell each trial's mean cost; a trial whose orders left the range on any of its rows failed."""
         for k, trial in enumerate(trials):
             rows = slice(k * reps, (k + 1) * reps)
+            if out_of_range[rows].any():
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                continue
             cost = float(stats.cost[rows].mean())
             study.tell(trial, cost)
             if best is None or cost < best.stats.cost.mean():

@@ -106,6 +106,50 @@ def test_bad_orders_are_invalid_with_a_reason(body, needle):
     assert "instance poisson-L1-p4, period 0" in caught.value.reason
 
 
+SHIFTED = """import numpy as np
+PARAMS = {"level": (15.0, 0.0, 80.0), "shift": (-3.0, -20.0, 20.0)}
+def policy(state, params):
+    position = state["on_hand"] + state["pipeline"].sum(axis=1)
+    return np.maximum(params["level"] - position, 0) + params["shift"]
+"""
+
+
+def test_a_trial_whose_parameters_order_below_zero_fails_alone_and_the_program_keeps_its_best_trial():
+    # the written defaults (shift -3) and much of the tuner's range order below zero: those trials
+    # fail, the others are scored, and the program is scored by its best feasible trial
+    domain = get_domain("inventory", **dict(TINY, tune_trials=8, tune_batch=4))
+    tells = []
+    real = domain.tuner._tell
+    domain.tuner._tell = lambda study, trials, *rest: tells.append(study) or real(study, trials, *rest)
+    out = domain.evaluate(in_process(SHIFTED), read_params(SHIFTED), "search")
+    assert np.isfinite(out.score) and set(out.metrics["instances"]) == {s.key for s in domain.instances("search")}
+    states = [t.state.name for study in set(tells) for t in study.trials]
+    assert states.count("FAIL") >= 1 and states.count("COMPLETE") >= 1  # the defaults trial failed alone
+    for key, instance in out.metrics["instances"].items():  # each kept trial's own orders stayed in range
+        assert instance["params"]["shift"] >= -instance["params"]["level"] and instance["mean_order"] >= 0
+
+
+def test_a_program_no_trial_of_which_orders_in_range_is_invalid_with_the_first_reason():
+    code = "PARAMS = {'x': (1.0, 0.0, 5.0)}\ndef policy(state, params):\n    return -1.0 - params['x']"
+    domain = get_domain("inventory", **TINY)
+    with pytest.raises(CandidateError) as caught:
+        domain.evaluate(in_process(code), read_params(code), "search")
+    assert caught.value.status == Status.INVALID
+    assert caught.value.reason.startswith("instance poisson-L1-p4, period 0: orders must be >= 0, got -")
+    assert caught.value.reason.endswith("; every one of the 4 tuning trials of its PARAMS ordered out of range")
+
+
+def test_the_held_out_measurement_still_fails_a_program_whose_tuned_orders_leave_the_range():
+    # tuning runs 80 periods, where every order is in range; the held-out measurement runs 120
+    code = ("PARAMS = {'level': (15.0, 0.0, 40.0)}\ndef policy(state, params):\n"
+            "    return params['level'] * 0.5 if state['period'] < 100 else -1.0")
+    domain = get_domain("inventory", **TINY)
+    assert np.isfinite(domain.evaluate(in_process(code), read_params(code), "search").score)
+    with pytest.raises(CandidateError) as caught:
+        domain.evaluate(in_process(code), read_params(code), "heldout")
+    assert caught.value.status == Status.INVALID and "period 100: orders must be >= 0" in caught.value.reason
+
+
 def test_orders_are_rounded_and_clipped():
     domain = get_domain("inventory", **dict(TINY, max_order=7))
     huge = domain.evaluate(in_process("def policy(state, params):\n    return 1e12"), {}, "search")
