@@ -32,9 +32,9 @@ import abc
 from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
-import optuna
 from pydantic import BaseModel, ConfigDict, Field
 
+from evaluators import tuning
 from evaluators._base import CandidateError, Domain, Outcome, PolicyFn, check_split
 from evaluators.params import ParamSpec
 from evaluators.simple_report import heldout_table, instance_metrics
@@ -68,15 +68,14 @@ class _Actions:
     def __init__(self, policy: PolicyFn, domain: "SimpleDomain", params: list[dict], labels: list[str],
                  tolerant: bool = False):
         """`tolerant` (a tuning round): an action that is not finite or outside the bounds marks its
-        job in `out_of_range` and reaches the simulator clipped into range, instead of failing the
-        program, since it may follow from the parameters its trial tried; the first reason is kept."""
+        job in `out_of_range` (`evaluators.tuning.OutOfRange`) and reaches the simulator clipped
+        into range, instead of failing the program."""
         self.policy, self.domain, self.params, self.labels = policy, domain, params, labels
         n = len(params)
         self.sums, self.squares, self.counts = np.zeros(n), np.zeros(n), np.zeros(n)
         self.failure: CandidateError | None = None
         self.tolerant = tolerant
-        self.out_of_range = np.zeros(n, bool)
-        self.first_out_of_range: str | None = None
+        self.out_of_range = tuning.OutOfRange(n)
         self.step = 0
 
     def __call__(self, states: Sequence[dict | None]) -> list[Any]:
@@ -126,8 +125,7 @@ class _Actions:
         """Fail the program with `reason`; in a tuning round, mark the job and go on with the action in range."""
         if not self.tolerant:
             raise InvalidAction(reason)
-        self.out_of_range[job] = True
-        self.first_out_of_range = self.first_out_of_range or reason
+        self.out_of_range.mark(job, reason)
         bounds = self.domain.action_bounds
         action = np.nan_to_num(action, nan=0.0, posinf=0.0, neginf=0.0)
         return np.clip(action, *bounds) if bounds is not None else action
@@ -264,10 +262,10 @@ class SimpleDomain(Domain):
         while done < cfg.tune_trials:
             trials = [study.ask(dists) for _ in range(min(cfg.tune_batch, cfg.tune_trials - done))]
             scores, actions = self._play(policy, instances, [t.params for t in trials], tolerant=True)
-            first = first or actions.first_out_of_range
+            first = first or actions.out_of_range.first
             for k, trial in enumerate(trials):
-                if actions.out_of_range[k * len(instances):(k + 1) * len(instances)].any():
-                    study.tell(trial, state=optuna.trial.TrialState.FAIL)  # its parameters' fault, not the program's
+                if actions.out_of_range.any(slice(k * len(instances), (k + 1) * len(instances))):
+                    tuning.OutOfRange.failed(study, trial)  # its parameters' fault, not the program's
                     continue
                 mean = float(scores[k].mean())
                 study.tell(trial, -mean)
@@ -278,7 +276,7 @@ class SimpleDomain(Domain):
                 study.sampler = EliteSampler(seed)
             done += len(trials)
         if best is None:
-            raise InvalidAction(f"{first}; every one of the {done} tuning trials of its PARAMS acted out of range")
+            raise tuning.OutOfRange.none_kept(first, done)
         return best[1], best[2], best[3], done
 
     def _outcome(self, instances, scores: np.ndarray, descriptors, values, params, trials) -> Outcome:

@@ -12,9 +12,46 @@ import warnings
 import numpy as np
 import optuna
 
+from evaluators._base import CandidateError
 from evaluators.params import ParamSpec
+from store.records import Status
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+class OutOfRange:
+    """The rows of one tuning round whose actions were out of range, and the first reason.
+
+    A domain's check of a policy's reply takes one in a tuning round: a value out of the
+    action's range (below zero, outside the bounds, not finite) then marks its rows and is
+    taken in range, instead of failing the program, since the parameters a trial tried may
+    be the cause. A trial with a marked row is told to optuna as failed; a program none of
+    whose trials kept in range is INVALID (`none_kept`). A wrong shape or type still
+    fails the program at once, and measurements after tuning pass no `OutOfRange`.
+    """
+
+    def __init__(self, rows: int):
+        self.rows = np.zeros(rows, bool)
+        self.first: str | None = None
+
+    def mark(self, rows, reason: str) -> None:
+        self.rows[rows] = True
+        self.first = self.first or reason
+
+    def any(self, rows: slice) -> bool:
+        return bool(self.rows[rows].any())
+
+    @staticmethod
+    def failed(study: optuna.Study, trial: optuna.trial.Trial) -> None:
+        """Tell `study` that `trial` acted out of range: it is never an elite, nor the best."""
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+
+    @staticmethod
+    def none_kept(first: str, trials: int, acted: str = "acted") -> CandidateError:
+        """The INVALID error of a program none of whose `trials` tuning trials kept its actions in
+        range; `first` is the first reason seen."""
+        return CandidateError(Status.INVALID, f"{first}; every one of the {trials} tuning trials of its PARAMS "
+                                              f"{acted} out of range")
 
 
 def sobol_sampler(seed: int) -> optuna.samplers.BaseSampler:

@@ -16,8 +16,9 @@ import gymnasium as gym
 import numpy as np
 import optuna
 
-from evaluators.domains.control import programs as progs
+from evaluators import tuning
 from evaluators._base import CandidateError, PolicyFn, numeric_reply
+from evaluators.domains.control import programs as progs
 from evaluators.params import ParamSpec
 from evaluators.tuning import EliteSampler, distributions, new_study, sobol_sampler
 from store.records import Status
@@ -109,8 +110,14 @@ class Episodes:
         return Episodes(*(getattr(self, f)[index] for f in self.__dataclass_fields__))
 
 
-def check_actions(reply, rows: int, spec: EnvSpec, step: int) -> np.ndarray:
-    """The reply as valid actions: (rows,) ints or (rows, dims) floats, else a CandidateError."""
+def check_actions(reply, rows: int, spec: EnvSpec, step: int, out_of_range: tuning.OutOfRange | None = None,
+                  where: np.ndarray | None = None) -> np.ndarray:
+    """The reply as valid actions: (rows,) ints or (rows, dims) floats, else a CandidateError.
+
+    With `out_of_range` (a tuning round, `evaluators.tuning.OutOfRange`), an action that is not
+    finite or not one of the discrete actions marks its row there (`where[i]`: row i's index in
+    it) and is taken as the nearest valid one, instead of failing the program.
+    """
     acts = numeric_reply(reply, "actions", lambda reason: _reject(step, reason), rows)
     want = (rows,) if spec.discrete or spec.actions == 1 else (rows, spec.actions)
     if acts.shape == (rows, 1) and want == (rows,):
@@ -119,13 +126,24 @@ def check_actions(reply, rows: int, spec: EnvSpec, step: int) -> np.ndarray:
         _reject(step, f"actions have shape {acts.shape}; expected {want}, one action per row of obs")
     values = acts.astype(float)
     if not np.isfinite(values).all():
-        _reject(step, f"{int((~np.isfinite(values)).sum())} of {rows} actions are not finite")
+        bad = ~np.isfinite(values)
+        _out_of_range(step, f"{int(bad.sum())} of {rows} actions are not finite", bad.reshape(rows, -1).any(axis=1),
+                      out_of_range, where)
+        values = np.where(bad, 0.0, values)
     if spec.discrete:
         bad = (values != np.rint(values)) | (values < 0) | (values >= spec.actions)
         if bad.any():
-            _reject(step, f"action {values[bad][0]:g} is not one of the discrete actions 0..{spec.actions - 1}")
+            _out_of_range(step, f"action {values[bad][0]:g} is not one of the discrete actions "
+                                f"0..{spec.actions - 1}", bad, out_of_range, where)
+            values = np.clip(np.rint(values), 0, spec.actions - 1)
         return values.astype(np.int64)
     return np.clip(values.reshape(rows, spec.actions), spec.low, spec.high).astype(np.float32)
+
+
+def _out_of_range(step: int, reason: str, bad: np.ndarray, out_of_range: tuning.OutOfRange | None, where) -> None:
+    if out_of_range is None:
+        _reject(step, reason)
+    out_of_range.mark(where[bad], f"step {step}: {reason}")
 
 
 def _reject(step: int, reason: str):
@@ -145,7 +163,10 @@ class Lockstep:
                                        disable_env_checker=True))
         return self._envs[:n]
 
-    def run(self, policy: PolicyFn, seeds, params: dict[str, np.ndarray]) -> Episodes:
+    def run(self, policy: PolicyFn, seeds, params: dict[str, np.ndarray],
+            out_of_range: tuning.OutOfRange | None = None) -> Episodes:
+        """Every episode to its end; with `out_of_range` (a tuning round) an action out of range
+        marks its row there instead of failing the program (see `check_actions`)."""
         spec, n = self.spec, len(seeds)
         envs = self._pool(n)
         obs = np.stack([env.reset(seed=int(s))[0] for env, s in zip(envs, seeds)]).astype(np.float32)
@@ -156,7 +177,7 @@ class Lockstep:
         alive, step = np.arange(n), 0
         while alive.size:
             reply = policy([(obs[alive], {name: v[alive] for name, v in params.items()})])[0]
-            acts = check_actions(reply, alive.size, spec, step)
+            acts = check_actions(reply, alive.size, spec, step, out_of_range, alive)
             still = []
             for j, i in enumerate(alive):
                 o, r, term, trunc, _ = envs[i].step(int(acts[j]) if spec.discrete else acts[j])
@@ -205,11 +226,12 @@ class Tuner:
             return self._cma(policy, params, seeds, sampler_seed)
         cfg = self.config
         study = new_study(params, sobol_sampler(sampler_seed))
-        best = None
+        best = first = None
         for start in range(0, cfg.tune_trials, cfg.tune_batch):
-            best = self._round(policy, params, seeds, study, min(cfg.tune_batch, cfg.tune_trials - start), best)
+            best, first = self._round(policy, params, seeds, study, min(cfg.tune_batch, cfg.tune_trials - start),
+                                      best, first)
             study.sampler = EliteSampler(seed=sampler_seed)
-        return Tuned(best.values, best.episodes, cfg.tune_trials)
+        return self._kept(best, first, cfg.tune_trials)
 
     def _cma(self, policy, params, seeds, sampler_seed: int) -> Tuned:
         """CMA-ES on the linear weights: the defaults first (so it knows the space), then generations."""
@@ -217,22 +239,34 @@ class Tuner:
         popsize = 4 + int(3 * math.log(len(params)))
         sampler = optuna.samplers.CmaEsSampler(seed=sampler_seed, popsize=popsize, warn_independent_sampling=False)
         study = new_study(params, sampler)
-        best, done = self._round(policy, params, seeds, study, 1, None), 1
+        (best, first), done = self._round(policy, params, seeds, study, 1, None, None), 1
         while done < cfg.linear_trials:
             n = min(popsize, cfg.linear_trials - done)
-            best, done = self._round(policy, params, seeds, study, n, best), done + n
-        return Tuned(best.values, best.episodes, cfg.linear_trials)
+            (best, first), done = self._round(policy, params, seeds, study, n, best, first), done + n
+        return self._kept(best, first, cfg.linear_trials)
 
-    def _round(self, policy, params, seeds, study, n: int, best: Tuned | None) -> Tuned:
+    @staticmethod
+    def _kept(best: Tuned | None, first: str | None, trials: int) -> Tuned:
+        if best is None:  # no trial kept its actions in range: the program's fault
+            raise tuning.OutOfRange.none_kept(first, trials)
+        return Tuned(best.values, best.episodes, trials)
+
+    def _round(self, policy, params, seeds, study, n: int, best: Tuned | None,
+               first: str | None) -> tuple[Tuned | None, str | None]:
+        """One round of `n` trials; (the best so far, the first reason an action was out of range)."""
         dists = distributions(params)
         trials = [study.ask(dists) for _ in range(n)]
         reps = len(seeds)
         values = {name: np.repeat([t.params[name] for t in trials], reps).astype(float) for name in params}
-        episodes = self.runner.run(policy, np.tile(seeds, n), values)
+        out_of_range = tuning.OutOfRange(n * reps)
+        episodes = self.runner.run(policy, np.tile(seeds, n), values, out_of_range)
         for k, trial in enumerate(trials):
             rows = slice(k * reps, (k + 1) * reps)
+            if out_of_range.any(rows):
+                tuning.OutOfRange.failed(study, trial)  # its parameters' fault, not the program's
+                continue
             mean = float(episodes.returns[rows].mean())
             study.tell(trial, -mean)
             if best is None or mean > best.episodes.returns.mean():
                 best = Tuned(dict(trial.params), episodes.rows(rows), 0)
-        return best
+        return best, first or out_of_range.first

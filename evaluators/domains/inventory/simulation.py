@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-import optuna
 
+from evaluators import tuning
 from evaluators._base import CandidateError, PolicyFn, numeric_reply
 from evaluators.params import ParamSpec
 from evaluators.tuning import EliteSampler, distributions, new_study, sobol_sampler
@@ -51,13 +51,12 @@ def demand_matrix(spec: InstanceSpec, mean: float, rng: np.random.Generator, tra
     return rng.geometric(1.0 / (1.0 + mean), size=(trajectories, periods)) - 1
 
 
-def check_orders(reply, rows: int, at: tuple, max_order: int, out_of_range: Violations | None = None) -> np.ndarray:
+def check_orders(reply, rows: int, at: tuple, max_order: int, out_of_range: tuning.OutOfRange | None = None) -> np.ndarray:
     """The policy's reply as integer orders, or a CandidateError saying what is wrong.
 
     `at` is (instance spec, period), named in the reason. With `out_of_range` (a tuning
-    round), orders that are negative or not finite mark their rows there and are read as
-    0 for the rest of the simulation, instead of failing the program: they may follow from
-    the parameters a trial tried, not from the program. Anything else still fails it.
+    round, `evaluators.tuning.OutOfRange`), orders below zero or not finite mark their rows
+    there and are taken as 0 instead of failing the program.
     """
     orders = numeric_reply(reply, "orders", lambda reason: _reject(at, reason), rows)
     if orders.shape != (rows,):
@@ -74,22 +73,6 @@ def check_orders(reply, rows: int, at: tuple, max_order: int, out_of_range: Viol
         out_of_range.mark(bad, f"instance {at[0].key}, period {at[1]}: {reason}")
         orders = np.where(bad, 0, orders)
     return np.minimum(np.rint(orders), max_order).astype(np.int64)
-
-
-class Violations:
-    """The rows of one block whose orders were out of range in a tuning round, and the first reason."""
-
-    def __init__(self, rows: int):
-        self.rows = np.zeros(rows, bool)
-        self.first: str | None = None
-
-    def mark(self, rows: np.ndarray, reason: str) -> None:
-        self.rows |= rows
-        self.first = self.first or reason
-
-    def error(self, trials: int) -> CandidateError:
-        return CandidateError(Status.INVALID, f"{self.first}; every one of the {trials} tuning trials of its "
-                                              "PARAMS ordered out of range")
 
 
 def _reject(at: tuple, reason: str):
@@ -140,14 +123,14 @@ class Simulator:
         self.mean_of = mean_of or (lambda spec: config.mean_demand)
 
     def run(self, policy: PolicyFn, blocks: list[Block], warmup: int,
-            violations: list[Violations] | None = None) -> list[RowStats]:
+            violations: list[tuning.OutOfRange] | None = None) -> list[RowStats]:
         """Every block's rows to the horizon. With `violations` (a tuning round) it gets one
-        `Violations` per block, and out-of-range orders mark their rows instead of failing."""
+        `tuning.OutOfRange` per block, and out-of-range orders mark their rows instead of failing."""
         cfg = self.config
         horizon = blocks[0].demand.shape[1]
         sims = [_Rows(b, horizon) for b in blocks]
         fixed = [self._constants(b) for b in blocks]
-        marks = [Violations(len(s.on_hand)) if violations is not None else None for s in sims]
+        marks = [tuning.OutOfRange(len(s.on_hand)) if violations is not None else None for s in sims]
         if violations is not None:
             violations[:] = marks
         for t in range(horizon):
@@ -192,22 +175,22 @@ class Tuner:
         studies = [new_study(params, sobol_sampler(seed)) for seed in seeds]
         dists = distributions(params)
         best: list[Tuned | None] = [None] * len(specs)
-        first: list[Violations | None] = [None] * len(specs)  # per instance, the first round with a violation
+        first: list[str | None] = [None] * len(specs)  # per instance, the first reason an order was out of range
         for start in range(0, cfg.tune_trials, cfg.tune_batch):
             n = min(cfg.tune_batch, cfg.tune_trials - start)
             trials = [[study.ask(dists) for _ in range(n)] for study in studies]
             blocks = [self._block(spec, d, ts, params) for spec, d, ts in zip(specs, demands, trials)]
-            violations: list[Violations] = []
+            violations: list[tuning.OutOfRange] = []
             results = self.simulator.run(policy, blocks, cfg.warmup, violations)
             for i, (study, ts, st, v) in enumerate(zip(studies, trials, results, violations)):
-                best[i] = self._tell(study, ts, st, best[i], len(demands[i]), v.rows)
-                first[i] = first[i] or (v if v.first else None)
+                best[i] = self._tell(study, ts, st, best[i], len(demands[i]), v)
+                first[i] = first[i] or v.first
             if start == 0:  # the first round: the defaults, then a scrambled Sobol design
                 for study, seed in zip(studies, seeds):
                     study.sampler = EliteSampler(seed=seed)
-        for tuned, v in zip(best, first):
+        for tuned, reason in zip(best, first):
             if tuned is None:  # no trial kept its orders in range on this instance: the program's fault
-                raise v.error(cfg.tune_trials)
+                raise tuning.OutOfRange.none_kept(reason, cfg.tune_trials, "ordered")
         return best
 
     @staticmethod
@@ -217,12 +200,12 @@ class Tuner:
         return Block(spec, np.tile(demand, (len(trials), 1)), values)
 
     @staticmethod
-    def _tell(study, trials, stats: RowStats, best: Tuned | None, reps: int, out_of_range: np.ndarray) -> Tuned | None:
+    def _tell(study, trials, stats: RowStats, best: Tuned | None, reps: int, out_of_range: tuning.OutOfRange) -> Tuned | None:
         """Tell each trial's mean cost; a trial whose orders left the range on any of its rows failed."""
         for k, trial in enumerate(trials):
             rows = slice(k * reps, (k + 1) * reps)
-            if out_of_range[rows].any():
-                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            if out_of_range.any(rows):
+                tuning.OutOfRange.failed(study, trial)
                 continue
             cost = float(stats.cost[rows].mean())
             study.tell(trial, cost)

@@ -17,7 +17,7 @@ from evaluators._base import CandidateError, PolicyFn, numeric_reply
 from evaluators.domains.trading.data import Market
 from evaluators.domains.trading.stats import sharpe
 from evaluators.params import ParamSpec
-from evaluators.tuning import distributions, new_study, sobol_sampler
+from evaluators.tuning import OutOfRange, distributions, new_study, sobol_sampler
 from store.records import Status
 
 if TYPE_CHECKING:
@@ -71,22 +71,40 @@ class Group:
     decisions: np.ndarray | None = None
     net: np.ndarray | None = None
     moves: np.ndarray | None = None
+    out_of_range: OutOfRange | None = None  # a tuning group's: its rows whose positions were out of range
 
 
-def check_positions(reply, rows: int, at: str) -> np.ndarray:
-    """The policy's reply as (rows,) positions in [-1, 1], or a CandidateError saying what is wrong."""
+def check_positions(reply, rows: int, at: str, out_of_range: OutOfRange | None = None,
+                    tolerant: np.ndarray | None = None) -> np.ndarray:
+    """The policy's reply as (rows,) positions in [-1, 1], or a CandidateError saying what is wrong.
+
+    With `out_of_range` (a step with tuning rows, `evaluators.tuning.OutOfRange`), a position
+    that is not finite or outside [-1, 1] on a row that `tolerant` marks marks that row there
+    and is taken as 0 or clipped, instead of failing the program; on any other row it fails it.
+    """
     pos = numeric_reply(reply, "positions", lambda reason: _reject(at, reason), rows)
     if pos.shape != (rows,):
         _reject(at, f"positions have shape {pos.shape}; expected ({rows},), one per row of state['close'], or a scalar")
     pos = pos.astype(float)
     if not np.isfinite(pos).all():
-        bad = ~np.isfinite(pos)
-        _reject(at, f"{int(bad.sum())} of {rows} positions are not finite (e.g. {pos[bad][0]})")
+        _out_of_range(at, ~np.isfinite(pos), out_of_range, tolerant,
+                      lambda bad: f"{int(bad.sum())} of {rows} positions are not finite (e.g. {pos[bad][0]})")
+        pos = np.where(np.isfinite(pos), pos, 0.0)
     if rows and np.abs(pos).max() > 1.0:
         if np.abs(pos).max() > 1.0 + 1e-9:
-            _reject(at, f"positions must be in [-1, 1], got {pos[np.abs(pos).argmax()]:g}")
+            _out_of_range(at, np.abs(pos) > 1.0 + 1e-9, out_of_range, tolerant,
+                          lambda bad: f"positions must be in [-1, 1], got {pos[bad][np.abs(pos[bad]).argmax()]:g}")
         pos = np.clip(pos, -1.0, 1.0)
     return pos
+
+
+def _out_of_range(at: str, bad: np.ndarray, out_of_range: OutOfRange | None, tolerant: np.ndarray | None,
+                  reason) -> None:
+    """Fail the program with `reason(rows)` unless every bad row is a tuning row; else mark them."""
+    strict = bad if out_of_range is None else bad & ~tolerant
+    if strict.any():
+        _reject(at, reason(strict))
+    out_of_range.mark(bad, f"{at}: {reason(bad)}")
 
 
 def _reject(at: str, reason: str):
@@ -130,11 +148,17 @@ class Simulator:
         params = {n: np.concatenate([g.values[n] for g in live]) for n in names}
         reply = policy([({"close": closes[assets], "position": previous}, params)])[0]
         at = f"bar {self.market.dates[d]}"
-        positions = check_positions(reply, len(assets), at)
+        tuning = [g.out_of_range is not None for g in live]
+        marks = OutOfRange(len(assets)) if any(tuning) else None
+        tolerant = np.repeat(tuning, [len(g.assets) for g in live]) if marks is not None else None
+        positions = check_positions(reply, len(assets), at, marks, tolerant)
         offset = 0
         for g in live:
             j = d - (g.window.start - 2)
-            g.decisions[:, j] = positions[offset:offset + len(g.assets)]
+            rows = slice(offset, offset + len(g.assets))
+            g.decisions[:, j] = positions[rows]
+            if marks is not None and marks.any(rows):
+                g.out_of_range.mark(marks.rows[rows], marks.first)
             offset += len(g.assets)
             if d == g.window.stop - 3:
                 self._settle(g)
@@ -188,9 +212,17 @@ class WalkForward:
         values = {n: np.repeat([t.params[n] for t in trials], a).astype(float) for n in params}
 
         def done(g: Group) -> None:
-            sharpes = [sharpe(g.net[k * a:(k + 1) * a].mean(axis=0)) for k in range(len(trials))]
-            for trial, s in zip(trials, sharpes):
-                study.tell(trial, -s)
+            sharpes = []
+            for k, trial in enumerate(trials):
+                if g.out_of_range.any(slice(k * a, (k + 1) * a)):
+                    OutOfRange.failed(study, trial)  # its parameters' fault, not the program's
+                    sharpes.append(-np.inf)
+                else:
+                    sharpes.append(sharpe(g.net[k * a:(k + 1) * a].mean(axis=0)))
+                    study.tell(trial, -sharpes[-1])
+            if np.isneginf(sharpes).all():  # no trial kept its positions in range: the program's fault
+                raise OutOfRange.none_kept(g.out_of_range.first, len(trials))
             res.values = dict(trials[int(np.argmax(sharpes))].params)
 
-        return Group(res.fold.tune, np.tile(np.arange(a), len(trials)), lambda: values, done)
+        return Group(res.fold.tune, np.tile(np.arange(a), len(trials)), lambda: values, done,
+                     out_of_range=OutOfRange(len(trials) * a))

@@ -92,6 +92,29 @@ def test_invalid_actions_are_invalid(env, body, needle):
     assert result.status == Status.INVALID and needle in result.error and "step 0" in result.error
 
 
+def test_a_tuning_trial_that_acts_out_of_range_fails_alone_and_a_program_none_of_whose_trials_does_is_invalid():
+    # engine choice from a parameter: over 4.0 it is no action of LunarLander's; the written 2.0
+    # and the trials below 4 are scored, the others fail
+    tuned = ("import numpy as np\nPARAMS = {'engine': (2.0, 0.0, 7.0)}\n\ndef act(obs, params):\n"
+             "    return np.floor(params['engine'])\n")
+    domain = get_domain("control", **dict(SHORT, tune_trials=8, tune_batch=4), secrets=FIXED)
+    studies = []
+    real = domain.tuner._round
+    domain.tuner._round = lambda policy, params, seeds, study, *rest: (
+        studies.append(study) or real(policy, params, seeds, study, *rest))
+    out = domain.evaluate(in_process(tuned), read_params(tuned), "search")
+    assert 0.0 <= out.tuned_params["engine"] < 4.0
+    states = [t.state.name for t in studies[0].trials]
+    assert states.count("FAIL") >= 1 and states.count("COMPLETE") >= 1
+    never = ("import numpy as np\nPARAMS = {'engine': (5.0, 4.0, 9.0)}\n\ndef act(obs, params):\n"
+             "    return np.floor(params['engine'])\n")
+    with pytest.raises(CandidateError) as caught:
+        domain.evaluate(in_process(never), read_params(never), "search")
+    assert caught.value.status == Status.INVALID
+    assert caught.value.reason.startswith("step 0: action 5 is not one of the discrete actions 0..3")
+    assert caught.value.reason.endswith("; every one of the 8 tuning trials of its PARAMS acted out of range")
+
+
 def test_continuous_actions_are_clipped_not_rejected():
     domain = get_domain("control", **dict(SHORT, env="Pendulum-v1"))
     big = in_process("import numpy as np\n\ndef act(obs, params):\n    return 1e6 * obs[:, 2]\n")

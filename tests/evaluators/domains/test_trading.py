@@ -161,6 +161,20 @@ def test_nan_and_out_of_range_positions_are_invalid_with_a_reason():
         domain.evaluate(in_process("import numpy as np\ndef policy(s, p):\n    return np.ones(3)\n"), {}, "search")
 
 
+def test_a_tuning_trial_out_of_range_fails_alone_and_a_program_none_of_whose_trials_is_in_range_is_invalid():
+    # a position of `size`: the trials over 1 fail, the others are scored, each window's pick is in range
+    sized = 'PARAMS = {"size": (0.5, 0.0, 3.0)}\n\ndef policy(state, params):\n    return params["size"]\n'
+    domain = get_domain("trading", **dict(TINY, tune_trials=6), secrets=FIXED)
+    out = domain.evaluate(in_process(sized), read_params(sized), "search")
+    picks = [w["params"]["size"] for w in out.metrics["windows"]]
+    assert picks and all(0.0 <= size <= 1.0 for size in picks), picks
+    too_big = 'PARAMS = {"size": (2.0, 1.5, 3.0)}\n\ndef policy(state, params):\n    return params["size"]\n'
+    with pytest.raises(CandidateError) as caught:
+        domain.evaluate(in_process(too_big), read_params(too_big), "search")
+    assert caught.value.status == Status.INVALID and "positions must be in [-1, 1], got " in caught.value.reason
+    assert caught.value.reason.endswith("; every one of the 6 tuning trials of its PARAMS acted out of range")
+
+
 def test_same_program_twice_gives_the_same_result_and_tuning_uses_the_trials():
     domain = get_domain("trading", **TINY, secrets=FIXED)
     code = domain.seed_program
