@@ -200,14 +200,16 @@ class SimpleDomain(Domain):
         check_split(split)
         if race is not None and split == "search" and (not params or self.config.tune_trials == 1):
             return self._raced(policy, params, race)
-        values, scores, descriptors, trials = {}, None, None, 0
+        values, scores, descriptors, trials, out_of_range = {}, None, None, 0, 0
         if params:
-            values, scores, descriptors, trials = self._tune(policy, params, self.split_instances("search"))
+            values, scores, descriptors, trials, out_of_range = self._tune(policy, params, self.split_instances("search"))
         if split == "search" and scores is not None:  # the best tuning trial is the search score
-            return self._outcome(self.split_instances("search"), scores, descriptors, values, params, trials)
+            return self._outcome(self.split_instances("search"), scores, descriptors, values, params, trials,
+                                 out_of_range)
         instances = self.split_instances(split)
         played, actions = self._play(policy, instances, [values])
-        return self._outcome(instances, played[0], actions.descriptors(slice(None)), values, params, trials)
+        return self._outcome(instances, played[0], actions.descriptors(slice(None)), values, params, trials,
+                             out_of_range)
 
     def _raced(self, policy: PolicyFn, params: dict[str, ParamSpec], race) -> Outcome:
         """The search instances in chunks (one simulate() call each), a look after each chunk."""
@@ -255,10 +257,11 @@ class SimpleDomain(Domain):
         return out
 
     def _tune(self, policy: PolicyFn, params: dict[str, ParamSpec], instances: list):
-        """(best values, their per-instance scores, their descriptors, trials run) on the search instances."""
+        """(best values, their per-instance scores, their descriptors, trials run, trials that failed out of
+        range) on the search instances."""
         cfg, seed = self.config, self.secrets.seed("search", "tuning")
         study = new_study(params, sobol_sampler(seed))
-        dists, best, done, first = distributions(params), None, 0, None
+        dists, best, done, first, failed = distributions(params), None, 0, None, 0
         while done < cfg.tune_trials:
             trials = [study.ask(dists) for _ in range(min(cfg.tune_batch, cfg.tune_trials - done))]
             scores, actions = self._play(policy, instances, [t.params for t in trials], tolerant=True)
@@ -266,6 +269,7 @@ class SimpleDomain(Domain):
             for k, trial in enumerate(trials):
                 if actions.out_of_range.any(slice(k * len(instances), (k + 1) * len(instances))):
                     tuning.OutOfRange.failed(study, trial)  # its parameters' fault, not the program's
+                    failed += 1
                     continue
                 mean = float(scores[k].mean())
                 study.tell(trial, -mean)
@@ -277,13 +281,14 @@ class SimpleDomain(Domain):
             done += len(trials)
         if best is None:
             raise tuning.OutOfRange.none_kept(first, done)
-        return best[1], best[2], best[3], done
+        return best[1], best[2], best[3], done, failed
 
-    def _outcome(self, instances, scores: np.ndarray, descriptors, values, params, trials) -> Outcome:
+    def _outcome(self, instances, scores: np.ndarray, descriptors, values, params, trials,
+                 out_of_range: int = 0) -> Outcome:
         labels = [self.label(inst, i) for i, inst in enumerate(instances)]
         tuned = {n: float(np.clip(values.get(n, p.default), p.low, p.high)) for n, p in params.items()}
         metrics = instance_metrics(labels, scores)
-        metrics.update(params=tuned, tune_trials=trials,
+        metrics.update(params=tuned, tune_trials=trials, tune_out_of_range=out_of_range,
                        actions={"mean": descriptors[0], "std": descriptors[1]})
         return Outcome(score=float(scores.mean()), metrics=metrics,
                        instance_scores=tuple(float(s) for s in scores),

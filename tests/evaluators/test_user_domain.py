@@ -134,6 +134,7 @@ def test_a_tuning_trial_that_acts_out_of_range_fails_alone_and_the_program_keeps
     result = _evaluate(_config(tmp_path), code)
     assert result.status == Status.OK, result.error
     assert result.score > -0.2 and 0.8 < result.tuned_params["gain"] <= 2.0  # in range for a target up to 5
+    assert 0 < result.metrics["tune_out_of_range"] < result.metrics["tune_trials"]
 
 
 def test_a_program_no_tuning_trial_of_which_acts_in_range_is_invalid_with_the_first_reason(tmp_path):

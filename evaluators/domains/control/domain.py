@@ -163,6 +163,7 @@ class Control(Domain):
                    "solved_share": None if threshold is None else float((ep.returns >= threshold).mean()),
                    "crashes": int(ep.crashed.sum()), "timeouts": int(ep.timed_out.sum()), "episodes": n,
                    "mean_length": float(ep.lengths.mean()), "tune_trials": tuned.trials,
+                   "tune_out_of_range": tuned.out_of_range,
                    "params": {k: float(v) for k, v in tuned.values.items()},
                    "returns": [float(r) for r in ep.returns]}
         if spec.discrete:

@@ -208,6 +208,7 @@ class Tuned:
     values: dict[str, float]
     episodes: Episodes
     trials: int
+    out_of_range: int = 0  # trials that failed with an action out of range
 
 
 class Tuner:
@@ -227,11 +228,13 @@ class Tuner:
         cfg = self.config
         study = new_study(params, sobol_sampler(sampler_seed))
         best = first = None
+        failed = 0
         for start in range(0, cfg.tune_trials, cfg.tune_batch):
-            best, first = self._round(policy, params, seeds, study, min(cfg.tune_batch, cfg.tune_trials - start),
-                                      best, first)
+            best, first, out = self._round(policy, params, seeds, study, min(cfg.tune_batch, cfg.tune_trials - start),
+                                           best, first)
+            failed += out
             study.sampler = EliteSampler(seed=sampler_seed)
-        return self._kept(best, first, cfg.tune_trials)
+        return self._kept(best, first, cfg.tune_trials, failed)
 
     def _cma(self, policy, params, seeds, sampler_seed: int) -> Tuned:
         """CMA-ES on the linear weights: the defaults first (so it knows the space), then generations."""
@@ -239,34 +242,38 @@ class Tuner:
         popsize = 4 + int(3 * math.log(len(params)))
         sampler = optuna.samplers.CmaEsSampler(seed=sampler_seed, popsize=popsize, warn_independent_sampling=False)
         study = new_study(params, sampler)
-        (best, first), done = self._round(policy, params, seeds, study, 1, None, None), 1
+        best, first, failed = self._round(policy, params, seeds, study, 1, None, None)
+        done = 1
         while done < cfg.linear_trials:
             n = min(popsize, cfg.linear_trials - done)
-            (best, first), done = self._round(policy, params, seeds, study, n, best, first), done + n
-        return self._kept(best, first, cfg.linear_trials)
+            best, first, out = self._round(policy, params, seeds, study, n, best, first)
+            failed, done = failed + out, done + n
+        return self._kept(best, first, cfg.linear_trials, failed)
 
     @staticmethod
-    def _kept(best: Tuned | None, first: str | None, trials: int) -> Tuned:
+    def _kept(best: Tuned | None, first: str | None, trials: int, failed: int) -> Tuned:
         if best is None:  # no trial kept its actions in range: the program's fault
             raise tuning.OutOfRange.none_kept(first, trials)
-        return Tuned(best.values, best.episodes, trials)
+        return Tuned(best.values, best.episodes, trials, failed)
 
     def _round(self, policy, params, seeds, study, n: int, best: Tuned | None,
-               first: str | None) -> tuple[Tuned | None, str | None]:
-        """One round of `n` trials; (the best so far, the first reason an action was out of range)."""
+               first: str | None) -> tuple[Tuned | None, str | None, int]:
+        """One round of `n` trials; (the best so far, the first reason an action was out of range,
+        the round's trials that failed so)."""
         dists = distributions(params)
         trials = [study.ask(dists) for _ in range(n)]
         reps = len(seeds)
         values = {name: np.repeat([t.params[name] for t in trials], reps).astype(float) for name in params}
-        out_of_range = tuning.OutOfRange(n * reps)
+        out_of_range, failed = tuning.OutOfRange(n * reps), 0
         episodes = self.runner.run(policy, np.tile(seeds, n), values, out_of_range)
         for k, trial in enumerate(trials):
             rows = slice(k * reps, (k + 1) * reps)
             if out_of_range.any(rows):
                 tuning.OutOfRange.failed(study, trial)  # its parameters' fault, not the program's
+                failed += 1
                 continue
             mean = float(episodes.returns[rows].mean())
             study.tell(trial, -mean)
             if best is None or mean > best.episodes.returns.mean():
                 best = Tuned(dict(trial.params), episodes.rows(rows), 0)
-        return best, first or out_of_range.first
+        return best, first or out_of_range.first, failed

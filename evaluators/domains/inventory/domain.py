@@ -195,7 +195,7 @@ class Inventory(Domain):
             blocks = [Block(s, self.heldout_demand(s), self._fixed(t.values, self.config.heldout_trajectories))
                       for s, t in zip(specs, tuned)]
             measured = self.simulator.run(policy, blocks, self.config.warmup)
-            tuned = [Tuned(t.values, st) for t, st in zip(tuned, measured)]
+            tuned = [Tuned(t.values, st, t.out_of_range) for t, st in zip(tuned, measured)]
         return self._outcome(specs, tuned, params, self.base_stock(split))
 
     @staticmethod
@@ -241,7 +241,8 @@ class Inventory(Domain):
         medians = {n: float(np.clip(np.median([t.values[n] for t in tuned]), p.low, p.high))
                    for n, p in params.items()}
         metrics = {"mean_cost": float(np.mean([t.stats.cost.mean() for t in tuned])),
-                   "mean_ratio_to_base_stock": float(np.mean(ratios)), "instances": per_instance}
+                   "mean_ratio_to_base_stock": float(np.mean(ratios)), "instances": per_instance,
+                   "tune_out_of_range": sum(t.out_of_range for t in tuned)}
         return Outcome(score=-float(np.mean(ratios)), metrics=metrics,
                        instance_scores=tuple(-r for r in ratios),
                        descriptors=(float(np.mean(fill)), float(np.mean(order_cv))), tuned_params=medians)
@@ -253,7 +254,7 @@ class Inventory(Domain):
                 "se": float(st.cost.std(ddof=1) / math.sqrt(n)) if n > 1 else None,
                 "fill_rate": float(st.fill.mean()), "mean_order": float(st.order_mean.mean()),
                 "order_std": float(st.order_std.mean()),
-                "params": {k: float(v) for k, v in tuned.values.items()},
+                "params": {k: float(v) for k, v in tuned.values.items()}, "tune_out_of_range": tuned.out_of_range,
                 "trajectory_costs": [float(c) for c in st.cost],
                 "base_stock_level": base["level"], "base_stock_cost": float(base["costs"].mean()),
                 "base_stock_trajectory_costs": [float(c) for c in base["costs"]]}

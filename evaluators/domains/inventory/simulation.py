@@ -158,6 +158,7 @@ class Tuned:
 
     values: dict[str, float]
     stats: RowStats
+    out_of_range: int = 0  # tuning trials that failed with an order out of range
 
 
 class Tuner:
@@ -176,6 +177,7 @@ class Tuner:
         dists = distributions(params)
         best: list[Tuned | None] = [None] * len(specs)
         first: list[str | None] = [None] * len(specs)  # per instance, the first reason an order was out of range
+        failed = [0] * len(specs)  # per instance, the trials that failed so
         for start in range(0, cfg.tune_trials, cfg.tune_batch):
             n = min(cfg.tune_batch, cfg.tune_trials - start)
             trials = [[study.ask(dists) for _ in range(n)] for study in studies]
@@ -185,13 +187,14 @@ class Tuner:
             for i, (study, ts, st, v) in enumerate(zip(studies, trials, results, violations)):
                 best[i] = self._tell(study, ts, st, best[i], len(demands[i]), v)
                 first[i] = first[i] or v.first
+                failed[i] += sum(v.any(slice(k * len(demands[i]), (k + 1) * len(demands[i]))) for k in range(n))
             if start == 0:  # the first round: the defaults, then a scrambled Sobol design
                 for study, seed in zip(studies, seeds):
                     study.sampler = EliteSampler(seed=seed)
         for tuned, reason in zip(best, first):
             if tuned is None:  # no trial kept its orders in range on this instance: the program's fault
                 raise tuning.OutOfRange.none_kept(reason, cfg.tune_trials, "ordered")
-        return best
+        return [Tuned(t.values, t.stats, count) for t, count in zip(best, failed)]
 
     @staticmethod
     def _block(spec, demand, trials, params) -> Block:

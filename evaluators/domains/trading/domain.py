@@ -258,6 +258,7 @@ class Trading(Domain):
         metrics = summary(book, held, moves)
         metrics["per_asset"] = {name: sharpe(row) for name, row in zip(market.names, net)}
         metrics["windows"] = [self._window_metrics(r, market.dates) for r in results]
+        metrics["tune_out_of_range"] = sum(r.out_of_range for r in results)
         metrics["period"] = [str(market.dates[results[0].fold.test.start]),
                              str(market.dates[results[-1].fold.test.stop - 1])]
         if metrics["trades"] == 0:
@@ -268,7 +269,8 @@ class Trading(Domain):
     def _window_metrics(r: FoldResult, dates: np.ndarray) -> dict:
         book = r.group.net.mean(axis=0)
         return {"test_start": str(dates[r.fold.test.start]), "return": float(np.prod(1 + book) - 1),
-                "sharpe": sharpe(book), "params": {k: float(v) for k, v in r.values.items()}}
+                "sharpe": sharpe(book), "params": {k: float(v) for k, v in r.values.items()},
+                "tune_out_of_range": r.out_of_range}
 
     def _outcome(self, metrics: dict, params: dict[str, ParamSpec], values: list[dict]) -> Outcome:
         score = 0.0 if "gate" in metrics else metrics["sharpe"]

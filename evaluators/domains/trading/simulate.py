@@ -181,6 +181,7 @@ class FoldResult:
     fold: Fold
     values: dict[str, float]
     group: Group | None = None
+    out_of_range: int = 0  # tuning trials that failed with a position out of range
 
 
 class WalkForward:
@@ -223,6 +224,7 @@ class WalkForward:
             if np.isneginf(sharpes).all():  # no trial kept its positions in range: the program's fault
                 raise OutOfRange.none_kept(g.out_of_range.first, len(trials))
             res.values = dict(trials[int(np.argmax(sharpes))].params)
+            res.out_of_range = int(np.isneginf(sharpes).sum())
 
         return Group(res.fold.tune, np.tile(np.arange(a), len(trials)), lambda: values, done,
                      out_of_range=OutOfRange(len(trials) * a))

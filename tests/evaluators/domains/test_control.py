@@ -106,6 +106,7 @@ def test_a_tuning_trial_that_acts_out_of_range_fails_alone_and_a_program_none_of
     assert 0.0 <= out.tuned_params["engine"] < 4.0
     states = [t.state.name for t in studies[0].trials]
     assert states.count("FAIL") >= 1 and states.count("COMPLETE") >= 1
+    assert out.metrics["tune_out_of_range"] == states.count("FAIL")
     never = ("import numpy as np\nPARAMS = {'engine': (5.0, 4.0, 9.0)}\n\ndef act(obs, params):\n"
              "    return np.floor(params['engine'])\n")
     with pytest.raises(CandidateError) as caught:

@@ -168,6 +168,8 @@ def test_a_tuning_trial_out_of_range_fails_alone_and_a_program_none_of_whose_tri
     out = domain.evaluate(in_process(sized), read_params(sized), "search")
     picks = [w["params"]["size"] for w in out.metrics["windows"]]
     assert picks and all(0.0 <= size <= 1.0 for size in picks), picks
+    failed = [w["tune_out_of_range"] for w in out.metrics["windows"]]
+    assert all(0 < n < 6 for n in failed) and out.metrics["tune_out_of_range"] == sum(failed)
     too_big = 'PARAMS = {"size": (2.0, 1.5, 3.0)}\n\ndef policy(state, params):\n    return params["size"]\n'
     with pytest.raises(CandidateError) as caught:
         domain.evaluate(in_process(too_big), read_params(too_big), "search")
