@@ -242,6 +242,7 @@ class Inventory(Domain):
                    for n, p in params.items()}
         metrics = {"mean_cost": float(np.mean([t.stats.cost.mean() for t in tuned])),
                    "mean_ratio_to_base_stock": float(np.mean(ratios)), "instances": per_instance,
+                   "tune_trials": self.config.tune_trials * len(specs) if params else 0,  # all instances' studies
                    "tune_out_of_range": sum(t.out_of_range for t in tuned)}
         return Outcome(score=-float(np.mean(ratios)), metrics=metrics,
                        instance_scores=tuple(-r for r in ratios),

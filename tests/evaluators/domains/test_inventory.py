@@ -126,6 +126,7 @@ def test_a_trial_whose_parameters_order_below_zero_fails_alone_and_the_program_k
     states = [t.state.name for study in set(tells) for t in study.trials]
     assert states.count("FAIL") >= 1 and states.count("COMPLETE") >= 1  # the defaults trial failed alone
     assert out.metrics["tune_out_of_range"] == states.count("FAIL")  # stored with the evaluation
+    assert out.metrics["tune_trials"] == len(states) == 8 * len(domain.instances("search"))
     assert sum(i["tune_out_of_range"] for i in out.metrics["instances"].values()) == states.count("FAIL")
     for key, instance in out.metrics["instances"].items():  # each kept trial's own orders stayed in range
         assert instance["params"]["shift"] >= -instance["params"]["level"] and instance["mean_order"] >= 0
