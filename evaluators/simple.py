@@ -114,8 +114,9 @@ class _Actions:
             action = self._out_of_range(job, action, f"{where}: the action is not finite "
                                                      f"({action.ravel()[~np.isfinite(action.ravel())][0]})")
         if bounds is not None and action.size and (action.min() < bounds[0] or action.max() > bounds[1]):
-            action = self._out_of_range(job, action, f"{where}: the action {action.ravel()[0] if action.size == 1 else action} "
-                                                     f"is outside [{bounds[0]:g}, {bounds[1]:g}]")
+            shown = action.ravel()[0] if action.size == 1 else action
+            action = self._out_of_range(job, action, f"{where}: the action {shown} is outside "
+                                                     f"[{bounds[0]:g}, {bounds[1]:g}]")
         self.sums[job] += action.sum()
         self.squares[job] += np.square(action).sum()
         self.counts[job] += action.size
@@ -202,7 +203,8 @@ class SimpleDomain(Domain):
             return self._raced(policy, params, race)
         values, scores, descriptors, trials, out_of_range = {}, None, None, 0, 0
         if params:
-            values, scores, descriptors, trials, out_of_range = self._tune(policy, params, self.split_instances("search"))
+            values, scores, descriptors, trials, out_of_range = self._tune(policy, params,
+                                                                           self.split_instances("search"))
         if split == "search" and scores is not None:  # the best tuning trial is the search score
             return self._outcome(self.split_instances("search"), scores, descriptors, values, params, trials,
                                  out_of_range)

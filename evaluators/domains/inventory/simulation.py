@@ -51,7 +51,8 @@ def demand_matrix(spec: InstanceSpec, mean: float, rng: np.random.Generator, tra
     return rng.geometric(1.0 / (1.0 + mean), size=(trajectories, periods)) - 1
 
 
-def check_orders(reply, rows: int, at: tuple, max_order: int, out_of_range: tuning.OutOfRange | None = None) -> np.ndarray:
+def check_orders(reply, rows: int, at: tuple, max_order: int,
+                 out_of_range: tuning.OutOfRange | None = None) -> np.ndarray:
     """The policy's reply as integer orders, or a CandidateError saying what is wrong.
 
     `at` is (instance spec, period), named in the reason. With `out_of_range` (a tuning
@@ -203,7 +204,8 @@ class Tuner:
         return Block(spec, np.tile(demand, (len(trials), 1)), values)
 
     @staticmethod
-    def _tell(study, trials, stats: RowStats, best: Tuned | None, reps: int, out_of_range: tuning.OutOfRange) -> Tuned | None:
+    def _tell(study, trials, stats: RowStats, best: Tuned | None, reps: int,
+              out_of_range: tuning.OutOfRange) -> Tuned | None:
         """Tell each trial's mean cost; a trial whose orders left the range on any of its rows failed."""
         for k, trial in enumerate(trials):
             rows = slice(k * reps, (k + 1) * reps)
