@@ -268,10 +268,10 @@ class SimpleDomain(Domain):
             trials = [study.ask(dists) for _ in range(min(cfg.tune_batch, cfg.tune_trials - done))]
             scores, actions = self._play(policy, instances, [t.params for t in trials], tolerant=True)
             first = first or actions.out_of_range.first
+            gone = actions.out_of_range.fail_trials(study, trials, len(instances))  # their parameters' fault
+            failed += len(gone)
             for k, trial in enumerate(trials):
-                if actions.out_of_range.any(slice(k * len(instances), (k + 1) * len(instances))):
-                    tuning.OutOfRange.failed(study, trial)  # its parameters' fault, not the program's
-                    failed += 1
+                if k in gone:
                     continue
                 mean = float(scores[k].mean())
                 study.tell(trial, -mean)

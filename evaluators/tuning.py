@@ -41,10 +41,13 @@ class OutOfRange:
     def any(self, rows: slice) -> bool:
         return bool(self.rows[rows].any())
 
-    @staticmethod
-    def failed(study: optuna.Study, trial: optuna.trial.Trial) -> None:
-        """Tell `study` that `trial` acted out of range: it is never an elite, nor the best."""
-        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    def fail_trials(self, study: optuna.Study, trials: list, rows_per_trial: int) -> set[int]:
+        """Tell `study` that every trial with a marked row (trial k owns rows k * rows_per_trial
+        onwards) failed, so it is never an elite nor the best; the indices of those trials."""
+        failed = {k for k in range(len(trials)) if self.any(slice(k * rows_per_trial, (k + 1) * rows_per_trial))}
+        for k in sorted(failed):
+            study.tell(trials[k], state=optuna.trial.TrialState.FAIL)
+        return failed
 
     @staticmethod
     def none_kept(first: str, trials: int, acted: str = "acted") -> CandidateError:

@@ -264,16 +264,15 @@ class Tuner:
         trials = [study.ask(dists) for _ in range(n)]
         reps = len(seeds)
         values = {name: np.repeat([t.params[name] for t in trials], reps).astype(float) for name in params}
-        out_of_range, failed = tuning.OutOfRange(n * reps), 0
+        out_of_range = tuning.OutOfRange(n * reps)
         episodes = self.runner.run(policy, np.tile(seeds, n), values, out_of_range)
+        failed = out_of_range.fail_trials(study, trials, reps)  # their parameters' fault, not the program's
         for k, trial in enumerate(trials):
             rows = slice(k * reps, (k + 1) * reps)
-            if out_of_range.any(rows):
-                tuning.OutOfRange.failed(study, trial)  # its parameters' fault, not the program's
-                failed += 1
+            if k in failed:
                 continue
             mean = float(episodes.returns[rows].mean())
             study.tell(trial, -mean)
             if best is None or mean > best.episodes.returns.mean():
                 best = Tuned(dict(trial.params), episodes.rows(rows), 0)
-        return best, first or out_of_range.first, failed
+        return best, first or out_of_range.first, len(failed)

@@ -125,15 +125,13 @@ class Simulator:
 
     def run(self, policy: PolicyFn, blocks: list[Block], warmup: int,
             violations: list[tuning.OutOfRange] | None = None) -> list[RowStats]:
-        """Every block's rows to the horizon. With `violations` (a tuning round) it gets one
-        `tuning.OutOfRange` per block, and out-of-range orders mark their rows instead of failing."""
+        """Every block's rows to the horizon. With `violations` (a tuning round: one
+        `tuning.OutOfRange` per block), out-of-range orders mark their rows there instead of failing."""
         cfg = self.config
         horizon = blocks[0].demand.shape[1]
         sims = [_Rows(b, horizon) for b in blocks]
         fixed = [self._constants(b) for b in blocks]
-        marks = [tuning.OutOfRange(len(s.on_hand)) if violations is not None else None for s in sims]
-        if violations is not None:
-            violations[:] = marks
+        marks = violations if violations is not None else [None] * len(sims)
         for t in range(horizon):
             batches = [(dict(c, on_hand=s.on_hand, pipeline=s.pipeline(t), period=t), s.block.params)
                        for s, c in zip(sims, fixed)]
@@ -183,12 +181,12 @@ class Tuner:
             n = min(cfg.tune_batch, cfg.tune_trials - start)
             trials = [[study.ask(dists) for _ in range(n)] for study in studies]
             blocks = [self._block(spec, d, ts, params) for spec, d, ts in zip(specs, demands, trials)]
-            violations: list[tuning.OutOfRange] = []
+            violations = [tuning.OutOfRange(len(b.demand)) for b in blocks]
             results = self.simulator.run(policy, blocks, cfg.warmup, violations)
             for i, (study, ts, st, v) in enumerate(zip(studies, trials, results, violations)):
-                best[i] = self._tell(study, ts, st, best[i], len(demands[i]), v)
-                first[i] = first[i] or v.first
-                failed[i] += sum(v.any(slice(k * len(demands[i]), (k + 1) * len(demands[i]))) for k in range(n))
+                gone = v.fail_trials(study, ts, len(demands[i]))
+                best[i] = self._tell(study, ts, st, best[i], len(demands[i]), gone)
+                first[i], failed[i] = first[i] or v.first, failed[i] + len(gone)
             if start == 0:  # the first round: the defaults, then a scrambled Sobol design
                 for study, seed in zip(studies, seeds):
                     study.sampler = EliteSampler(seed=seed)
@@ -204,13 +202,11 @@ class Tuner:
         return Block(spec, np.tile(demand, (len(trials), 1)), values)
 
     @staticmethod
-    def _tell(study, trials, stats: RowStats, best: Tuned | None, reps: int,
-              out_of_range: tuning.OutOfRange) -> Tuned | None:
-        """Tell each trial's mean cost; a trial whose orders left the range on any of its rows failed."""
+    def _tell(study, trials, stats: RowStats, best: Tuned | None, reps: int, failed: set[int]) -> Tuned | None:
+        """Tell each trial's mean cost but the `failed` ones' (orders out of range, told already)."""
         for k, trial in enumerate(trials):
             rows = slice(k * reps, (k + 1) * reps)
-            if out_of_range.any(rows):
-                tuning.OutOfRange.failed(study, trial)
+            if k in failed:
                 continue
             cost = float(stats.cost[rows].mean())
             study.tell(trial, cost)

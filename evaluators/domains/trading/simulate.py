@@ -213,18 +213,16 @@ class WalkForward:
         values = {n: np.repeat([t.params[n] for t in trials], a).astype(float) for n in params}
 
         def done(g: Group) -> None:
-            sharpes = []
-            for k, trial in enumerate(trials):
-                if g.out_of_range.any(slice(k * a, (k + 1) * a)):
-                    OutOfRange.failed(study, trial)  # its parameters' fault, not the program's
-                    sharpes.append(-np.inf)
-                else:
-                    sharpes.append(sharpe(g.net[k * a:(k + 1) * a].mean(axis=0)))
-                    study.tell(trial, -sharpes[-1])
-            if np.isneginf(sharpes).all():  # no trial kept its positions in range: the program's fault
+            failed = g.out_of_range.fail_trials(study, trials, a)  # their parameters' fault, not the program's
+            if len(failed) == len(trials):  # no trial kept its positions in range: the program's fault
                 raise OutOfRange.none_kept(g.out_of_range.first, len(trials))
+            sharpes = [-np.inf if k in failed else sharpe(g.net[k * a:(k + 1) * a].mean(axis=0))
+                       for k in range(len(trials))]
+            for k, trial in enumerate(trials):
+                if k not in failed:
+                    study.tell(trial, -sharpes[k])
             res.values = dict(trials[int(np.argmax(sharpes))].params)
-            res.out_of_range = int(np.isneginf(sharpes).sum())
+            res.out_of_range = len(failed)
 
         return Group(res.fold.tune, np.tile(np.arange(a), len(trials)), lambda: values, done,
                      out_of_range=OutOfRange(len(trials) * a))
