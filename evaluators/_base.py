@@ -93,6 +93,14 @@ class Domain(abc.ABC):
         """(name, template, params) the embedded mutator may splice in; see workers.ast_ops."""
         return []
 
+    def output_bounds(self) -> tuple[float | None, float | None]:
+        """The least and greatest number the entry point may return (None: no bound on that side).
+
+        Only a hint for the embedded mutator, which keeps the range of a new parameter that
+        becomes the returned value inside them; the evaluation checks what a program returns.
+        """
+        return None, None
+
     def reference(self, split: str) -> dict:
         """Reference figures for `split` (e.g. an exact optimum), for the report.
 

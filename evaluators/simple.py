@@ -185,6 +185,9 @@ class SimpleDomain(Domain):
     def motifs(self) -> list[tuple[str, str, tuple]]:
         return list(self.mutation_motifs)
 
+    def output_bounds(self) -> tuple[float | None, float | None]:
+        return (None, None) if self.action_bounds is None else tuple(self.action_bounds)
+
     def split_instances(self, split: str) -> list:
         """The instances of `split`, built once from the run's secret for that split."""
         if check_split(split) not in self._instances:

@@ -37,6 +37,49 @@ class OpContext:
     const_scale: float = 0.3
     inspirations: tuple[str, ...] = ()
     motifs: tuple[Motif, ...] = ()
+    # The least and greatest value the entry point may return (None: no bound), from the domain:
+    # a new parameter that becomes the returned value gets a range inside them, so its tuning
+    # trials do not spend themselves on values the domain refuses.
+    bounds: tuple[float | None, float | None] = (None, None)
+
+
+def _clip(value: float, bounds: tuple[float | None, float | None]) -> float:
+    lo, hi = bounds
+    value = max(value, lo) if lo is not None else value
+    return min(value, hi) if hi is not None else value
+
+
+def _within(spec: tuple[str, float, float, float], bounds: tuple[float | None, float | None]):
+    """`spec` (name, default, low, high) with its range cut to `bounds`, its default inside; as it
+    was where the cut would leave nothing."""
+    name, default, low, high = spec
+    low, high = _clip(low, bounds), _clip(high, bounds)
+    if not low < high:
+        return spec
+    return name, min(max(default, low), high), low, high
+
+
+# np functions that return one of their arguments, element by element: (name, which arguments)
+_PASS_THROUGH = {"maximum": slice(None), "minimum": slice(None), "clip": slice(None), "where": slice(1, 3)}
+
+
+def _returned(fn: ast.FunctionDef) -> list[ast.expr]:
+    """What the function can return as it is: each return's value and, where that is
+    np.maximum, np.minimum, np.clip or np.where, the arguments it passes through."""
+    out = []
+    for ret in u.returns(fn):
+        out.append(ret.value)
+        if u.is_np_call(ret.value, set(_PASS_THROUGH)):
+            out += ret.value.args[_PASS_THROUGH[ret.value.func.attr]]
+    return out
+
+
+def _param_names(nodes: list[ast.expr], fn: ast.FunctionDef) -> set[str]:
+    """The names of the `params["name"]` among `nodes`."""
+    params = u.arg_name(fn, 1, "params")
+    return {node.slice.value for node in nodes if isinstance(node, ast.Subscript)
+            and isinstance(node.value, ast.Name) and node.value.id == params
+            and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str)}
 
 
 def _pick(ctx: OpContext, items: list):
@@ -60,13 +103,20 @@ def perturb_const(code: str, ctx: OpContext) -> str | None:
     choice = int(ctx.rng.integers(len(sites) + 2 * len(specs))) if sites or specs else None
     if choice is None:
         return None
+    returned = _returned(fn)
     if choice < len(sites):
         node = sites[choice]
-        node.value = u.round6(_nudge(float(node.value), ctx))
+        value = u.round6(_nudge(float(node.value), ctx))
+        if any(node is r for r in returned):  # e.g. the 0.0 of np.maximum(..., 0.0)
+            value = _clip(value, ctx.bounds)
+        node.value = value
         return ast.unparse(tree)
     spec = list(specs.values())[(choice - len(sites)) // 2]
     changer = _nudge_default if (choice - len(sites)) % 2 == 0 else _rescale_range
-    specs[spec.name] = changer(spec, ctx)
+    changed = changer(spec, ctx)
+    if spec.name in _param_names(returned, fn):  # a returned value, as a new parameter's
+        changed = ParamSpec(*_within((spec.name, changed.default, changed.low, changed.high), ctx.bounds))
+    specs[spec.name] = changed
     return write_param_specs(code, specs)
 
 
@@ -161,7 +211,10 @@ def wrap_clip(code: str, ctx: OpContext) -> str | None:
     wrapped = u.np_call(u.numpy_alias(tree), "minimum" if upper else "maximum",
                         copy.deepcopy(target), u.param_ref(fn, name))
     u.replace(fn, target, wrapped)
-    return _with_params(ast.unparse(tree), [(name, default, -4.0 * scale, 4.0 * scale)])
+    spec = (name, default, -4.0 * scale, 4.0 * scale)
+    if any(ret.value is wrapped for ret in u.returns(fn)):  # the bound is then a value returned
+        spec = _within(spec, ctx.bounds)
+    return _with_params(ast.unparse(tree), [spec])
 
 
 def _value_sites(fn: ast.FunctionDef) -> list[ast.expr]:
@@ -215,11 +268,13 @@ def _branch_subjects(fn: ast.FunctionDef) -> list[ast.expr]:
 
 
 def _branch_alternative(fn, expr, name, scale, ctx):
-    """The other arm: the expression scaled by a new factor, or a new constant level."""
+    """The other arm: the expression scaled by a new factor, or a new constant level (returned,
+    so its range stays inside the domain's bounds)."""
     if ctx.rng.integers(2):
         alt = ast.BinOp(left=copy.deepcopy(expr), op=ast.Mult(), right=u.param_ref(fn, name))
         return alt, (name, 1.0, 0.0, 3.0)
-    return u.param_ref(fn, name), (name, u.round6(ctx.rng.uniform(0.0, scale)), -4.0 * scale, 4.0 * scale)
+    level = (name, u.round6(ctx.rng.uniform(0.0, scale)), -4.0 * scale, 4.0 * scale)
+    return u.param_ref(fn, name), _within(level, ctx.bounds)
 
 
 def remove_branch(code: str, ctx: OpContext) -> str | None:

@@ -34,18 +34,20 @@ PREFIX = "embedded:"
 class EmbeddedMutator(Mutator):
     """Mutates programs of one domain (its entry point and motifs) with AST operators."""
 
-    def __init__(self, config: EmbeddedMutatorConfig, entry_point: str, motifs: list[Motif] = ()):
+    def __init__(self, config: EmbeddedMutatorConfig, entry_point: str, motifs: list[Motif] = (),
+                 bounds: tuple[float | None, float | None] = (None, None)):
         self.config = config
         self.entry_point = entry_point
         self.motifs = tuple(motifs)
+        self.bounds = bounds
         for motif in self.motifs:
             _check_motif(motif)
 
     @classmethod
     def for_domain(cls, config: EmbeddedMutatorConfig, domain) -> EmbeddedMutator:
-        """The mutator for a domain object: its entry point and its motifs."""
+        """The mutator for a domain object: its entry point, its motifs and the bounds of what it returns."""
         motifs = [Motif(name, template, tuple(params)) for name, template, params in domain.motifs()]
-        return cls(config, domain.entry_point, motifs)
+        return cls(config, domain.entry_point, motifs, domain.output_bounds())
 
     def propose(self, request: MutationRequest) -> Proposal:
         """One checked child of the parent, deterministic given `request.seed`."""
@@ -55,7 +57,7 @@ class EmbeddedMutator(Mutator):
         rng = np.random.default_rng(request.seed)
         names, probs = self._choice(request.operator_weights, bool(request.skills))
         ctx = OpContext(self.entry_point, rng, self.config.const_scale,
-                        tuple(code for _, code in request.inspirations), self.motifs)
+                        tuple(code for _, code in request.inspirations), self.motifs, self.bounds)
         unbound = u.read_before_assignment(*u.parse_function(request.parent_code, self.entry_point))
         for _ in range(self.config.max_attempts):
             name = names[int(rng.choice(len(names), p=probs))]

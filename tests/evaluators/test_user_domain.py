@@ -80,6 +80,7 @@ def test_a_file_domain_runs_from_its_text_even_after_the_file_is_gone(tmp_path):
     assert result.score > -0.2 and result.tuned_params["gain"] > 0.8  # the written gain 0.3 scores about -0.7
     assert len(result.instance_scores) == 4 and len(result.metrics["instances"]) == 4
     assert len(result.descriptors) == 2 and result.metrics["tune_trials"] == 24
+    assert get_domain(domain).output_bounds() == (-10.0, 10.0)  # its action_bounds, for the embedded mutator
 
 
 def test_the_same_text_in_two_folders_hides_each_folder(tmp_path):

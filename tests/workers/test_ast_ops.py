@@ -88,6 +88,61 @@ def test_wrap_clip_and_add_branch_declare_new_params():
     assert {"gate", "alt"} <= set(read_params(branched))
 
 
+def test_a_new_parameter_that_is_returned_gets_a_range_inside_the_domains_bounds():
+    """add_branch's constant level and wrap_clip's bound of the whole return are values the
+    program returns: with the domain's bounds, their ranges stay inside them. Any other new
+    parameter (a gate, a bound of a part) keeps the range it has without bounds."""
+    def returned(child):  # the parameters given straight to the return's outermost call
+        ret = ast.parse(child).body[-1].body[-1].value
+        return {arg.slice.value for arg in ret.args if isinstance(arg, ast.Subscript)}
+
+    bounded_kinds = set()
+    for seed in range(40):
+        for op in ("add_branch", "wrap_clip"):
+            free, bounded = OPERATORS[op](PROGRAM, _ctx(seed)), OPERATORS[op](PROGRAM, _ctx(seed, bounds=(0.0, 50.0)))
+            free_specs, specs = read_params(free), read_params(bounded)
+            assert specs.keys() == free_specs.keys()
+            for name in specs.keys() - {"S"}:
+                spec = specs[name]
+                assert spec.low <= spec.default <= spec.high
+                if name in returned(bounded):
+                    assert 0.0 <= spec.low and spec.high <= 50.0, (seed, bounded)
+                    assert free_specs[name].low < 0.0  # the same child without bounds spans zero
+                    bounded_kinds.add(name)
+                else:
+                    assert spec == free_specs[name]
+    assert bounded_kinds == {"alt", "cap", "floor"}  # each kind came up returned
+
+
+def test_perturb_const_keeps_a_returned_number_inside_the_domains_bounds():
+    """The 0.0 of np.maximum(..., 0.0) and the range of a parameter passed through np.where are
+    returned as they are: nudged with bounds (0, None) they stay at or above zero; a number
+    inside an expression moves on both sides as before."""
+    branchy = BRANCHY.replace('"S": (12.0, 0.0, 60.0)', '"S": (12.0, 0.0, 60.0), "alt": (2.0, 0.0, 9.0)').replace(
+        'params["S"] - position, 0.0)', 'params["S"] - position, params["alt"])')
+
+    def clamp(child):
+        ret = ast.parse(child).body[-1].body[-1].value
+        try:
+            return ast.literal_eval(ret.args[1])  # -0.4 is parsed as -(0.4)
+        except ValueError:
+            return None
+
+    free = [OPERATORS["perturb_const"](PROGRAM, _ctx(seed)) for seed in range(80)]
+    bounded = [OPERATORS["perturb_const"](PROGRAM, _ctx(seed, bounds=(0.0, None))) for seed in range(80)]
+    assert any(clamp(c) is not None and clamp(c) < 0 for c in free)
+    assert all(clamp(c) is None or clamp(c) >= 0 for c in bounded)
+    assert any(clamp(c) is not None and clamp(c) > 0 for c in bounded)  # a minimum order is still tried
+    ranges = [read_params(OPERATORS["perturb_const"](branchy, _ctx(seed, bounds=(0.0, None))))["alt"]
+              for seed in range(200)]
+    free_ranges = [read_params(OPERATORS["perturb_const"](branchy, _ctx(seed)))["alt"] for seed in range(200)]
+    assert min(spec.low for spec in free_ranges) < 0.0 <= min(spec.low for spec in ranges)
+    assert {spec.low for spec in ranges} != {0.0}  # the range still moves
+    t_ranges = {read_params(OPERATORS["perturb_const"](branchy, _ctx(seed, bounds=(0.0, None))))["t"].low
+                for seed in range(200)}
+    assert min(t_ranges) < 0.0  # "t" is compared, not returned: unbounded
+
+
 def test_remove_branch_drops_if_or_collapses_where():
     results = {OPERATORS["remove_branch"](BRANCHY, _ctx(seed)) for seed in range(20)}
     assert any("if " not in r for r in results)

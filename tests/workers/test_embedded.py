@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from evaluators.params import read_params
 from store.records import MutationRequest
 from workers._base import MutationFailed, Mutator
 from workers.ast_ops import OPERATORS, Motif
@@ -174,3 +175,22 @@ def test_a_child_declares_no_parameter_its_policy_no_longer_reads():
         declared = list(read_params(child))
         assert "gate" not in declared and all(f"params['{key}']" in child or f'params["{key}"]' in child
                                               for key in declared), child
+
+
+@pytest.mark.parametrize(("name", "options", "bounds"), [("inventory", {}, (0.0, None)),
+                                                         ("trading", {"market": "synthetic"}, (-1.0, 1.0))])
+def test_a_domains_mutator_keeps_a_returned_constant_inside_what_the_domain_accepts(name, options, bounds):
+    """Inventory refuses orders below zero and trading positions outside [-1, 1]: add_branch's
+    constant level, the value a branch returns, gets its range inside those bounds."""
+    from evaluators.registry import get_domain
+
+    domain = get_domain(name, **options)
+    mutator = EmbeddedMutator.for_domain(EmbeddedMutatorConfig(), domain)
+    assert mutator.bounds == bounds
+    lo, hi = bounds[0] if bounds[0] is not None else -np.inf, bounds[1] if bounds[1] is not None else np.inf
+    levels = []
+    for seed in range(30):
+        child = mutator.propose(_request(seed, _only("add_branch"), code=domain.seed_program)).code
+        levels += [spec for key, spec in read_params(child).items()
+                   if key.startswith("alt") and (spec.low, spec.high) != (0.0, 3.0)]  # not a scale factor
+    assert levels and all(lo <= spec.low <= spec.default <= spec.high <= hi for spec in levels), levels

@@ -136,6 +136,9 @@ class Inventory(Domain):
     def motifs(self) -> list[tuple[str, str, tuple]]:
         return list(MOTIFS)
 
+    def output_bounds(self) -> tuple[float | None, float | None]:
+        return 0.0, None  # orders: check_orders refuses any below zero
+
     def sandbox_hide(self) -> tuple[str, ...]:
         return hidden(self.config.demand_history.path) if self.config.demand_history else ()
 

@@ -212,6 +212,9 @@ class Trading(Domain):
     def motifs(self) -> list[tuple[str, str, tuple]]:
         return list(MOTIFS)
 
+    def output_bounds(self) -> tuple[float | None, float | None]:
+        return -1.0, 1.0  # positions: check_positions refuses any outside [-1, 1]
+
     def sandbox_hide(self) -> tuple[str, ...]:
         if self.config.prices is not None:
             return hidden(self.config.prices.path)
