@@ -436,7 +436,9 @@ def test_a_hung_backup_dir_holds_up_its_copy_and_never_the_backups_or_the_runs_e
         archive.create_run("r1", {})
         archive.record([(cand("a"), ok("a", -1.0))])
         notices: list[str] = []
-        backups = Backups(0.5, archive, run_dir, notices, now=0.0,
+        # a 5 s interval, and the copy made that old by hand: with 0.5 s and a sleep, the second backup
+        # itself now and then took longer than the interval on a busy machine, and the stall was said early
+        backups = Backups(5.0, archive, run_dir, notices, now=0.0,
                           away=Away(str(away), "r1", archive.get_run("r1")["started_at"]))
         began = time.monotonic()
         kind, data = backups.make(1)  # the copy is begun, and hangs
@@ -445,7 +447,7 @@ def test_a_hung_backup_dir_holds_up_its_copy_and_never_the_backups_or_the_runs_e
         archive.record([(cand("b"), ok("b", -1.0))])
         kind, data = backups.make(2)  # at once: a copy that has not had its interval yet is not said
         assert data["away_error"].startswith("still being made (begun at ") and not notices, (data, notices)
-        time.sleep(0.6)
+        backups.away._begun -= 5.0  # the copy has hung for the interval
         for _ in range(2):
             kind, data = backups.make(2)
             assert data["away_error"].startswith("still being made (begun at "), data

@@ -25,7 +25,7 @@ def engine_server(tmp_path_factory):
     folder = save_tiny_model(tmp_path_factory.mktemp("tiny-model"))
     cfg = VLLMModel(name="tiny", model_path=folder, engine="transformers", gpus=0, max_batch=8, max_tokens=16,
                     max_in_flight=6, startup_timeout_s=120)
-    server = VLLMServer(cfg, check_every_s=0.5)
+    server = VLLMServer(cfg, check_every_s=2.0)  # its health check waits this long: 0.5 s could restart a busy engine
     yield server, cfg
     server.shutdown()
 

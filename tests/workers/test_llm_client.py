@@ -21,7 +21,7 @@ def _client(url, timeout_s=1.0, retries=2):
     ([status(400)], "http_error", 1),
     ([hang(5), hang(5), hang(5)], "timeout", 3),
     ([hang(5), reply("fine")], "ok", 2),
-    ([slow(0.3, "late but fine")], "ok", 1),
+    ([slow(0.1, "late but fine")], "ok", 1),  # 0.4 s inside the timeout: 0.3 s left a stall of 0.2 s no room
 ])
 def test_each_behaviour_ends_in_the_right_status_or_retry(script, want, attempts):
     with ScriptedLLM(script) as server:

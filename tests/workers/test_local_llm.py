@@ -21,7 +21,8 @@ PARENT = "import numpy as np\n\ndef policy(state, params):\n    return np.maximu
 @pytest.fixture(scope="module")
 def server():
     default_gguf()  # skips nothing: a missing model is a failure of the extra's install
-    return LlamaCppServer(LocalModel(name="smollm2", max_tokens=24, temperature=0.0), check_every_s=0.5)
+    # a health check waits check_every_s: a server busy generating must not be taken for dead
+    return LlamaCppServer(LocalModel(name="smollm2", max_tokens=24, temperature=0.0), check_every_s=2.0)
 
 
 def test_the_real_model_answers_and_every_call_is_accounted(server):

@@ -76,7 +76,7 @@ def test_a_clean_shutdown_leaves_nothing_and_a_restarted_server_keeps_its_log(tm
     server.shutdown()
     assert not log.parent.exists()
 
-    server = VLLMServer(cfg, check_every_s=0.3)
+    server = VLLMServer(cfg, check_every_s=1.0)  # a health check waits this long: 0.3 s could restart it twice
     try:
         server.kill_for_test()
         deadline = time.monotonic() + 60
