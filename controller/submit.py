@@ -35,6 +35,11 @@ DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 EXCLUDES = [".git", "runs", "*.duckdb", "*.duckdb.wal", "__pycache__", ".pytest_cache", ".mypy_cache",
             ".ruff_cache", "*.egg-info", ".venv", "venv", ".cache"]
 METADATA_KEY = "atoll_run_dir"
+# `ray job stop` sends SIGTERM, then SIGKILL after RAY_JOB_STOP_WAIT_TIME_S (3 s by Ray's default),
+# read by the job's supervisor in the job's own environment: a driver on a busy node cancels its
+# work, commits, updates the library and says how to resume in more than that. Its kill -9 loses
+# nothing committed, but the user would not see the resume line.
+STOP_WAIT_S = 60
 NOT_SENT = shutil.ignore_patterns(*EXCLUDES)  # (folder, names) -> the names left out, as copytree asks
 
 
@@ -252,7 +257,8 @@ def submit(args, config) -> tuple[str, str]:
         try:
             job_id = _submit_when_an_agent_is_up(
                 jobs, entrypoint=command, submission_id=f"atoll-{name}-{uuid.uuid4().hex[:6]}",
-                runtime_env={"working_dir": str(folder), "excludes": EXCLUDES},
+                runtime_env={"working_dir": str(folder), "excludes": EXCLUDES,
+                             "env_vars": {"RAY_JOB_STOP_WAIT_TIME_S": str(STOP_WAIT_S)}},
                 metadata={METADATA_KEY: run_dir, "atoll_command": "resume" if args.resume else "run"})
         except Exception as exc:  # noqa: BLE001  the job server refused it (HTTP error text), one line
             raise UserError(f"the cluster at {address_of(args.address)} refused the job: "

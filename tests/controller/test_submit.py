@@ -101,6 +101,9 @@ def test_submit_runs_a_search_as_a_ray_job_then_status_and_query_read_it(head, t
     assert follow.startswith("RAY_AUTH_MODE=token ray job logs -f ")
     logs = _shell(follow)
     assert logs.returncode == 0 and "search completed: 10 evaluations" in logs.stdout, logs.stdout + logs.stderr
+    # `ray job stop` gives the driver a minute, not Ray's 3 s, to commit and say how to resume
+    listed = _shell(f"RAY_AUTH_MODE=token ray job list --address {head}")
+    assert "'RAY_JOB_STOP_WAIT_TIME_S': '60'" in listed.stdout, listed.stdout + listed.stderr
     status = atoll(tmp_path, "status", run_dir)
     assert status.returncode == 0 and "completed" in status.stdout
     assert _count(run_dir) == 10
