@@ -72,7 +72,7 @@ def _notes(cfg, keys, with_dp, reference) -> list[str]:
         else f"demand resampled in blocks of {cfg.demand_history.block} from the latest "
              f"{cfg.demand_history.heldout_share:.0%} of {cfg.demand_history.path} (tuning on the periods before)")
         + f", holding {cfg.holding:g}. "
-        f"Each program is re-tuned on every instance's own tuning trajectories ({cfg.search_trajectories} x {cfg.search_periods} periods, {cfg.tune_trials} optuna trials), "
+        f"Each program is re-tuned on every instance's own tuning trajectories ({cfg.search_trajectories} x {cfg.search_periods} periods, {cfg.heldout_trials} optuna trials), "
         f"then measured on {cfg.heldout_trajectories} fresh trajectories of {cfg.heldout_periods} periods "
         f"after {cfg.warmup} warm-up periods, with the same demand for every policy.",
         "mean cost: the mean over instances of the per-period cost; ± is its standard error over trajectories.",

@@ -166,9 +166,12 @@ class Tuner:
     def __init__(self, config: InventoryConfig, simulator: Simulator):
         self.config, self.simulator = config, simulator
 
-    def tune(self, policy: PolicyFn, params: dict[str, ParamSpec], specs, demands, seeds) -> list[Tuned]:
-        """Tune on each instance's `demands`; `seeds` are its samplers' seeds (from the run's secret)."""
+    def tune(self, policy: PolicyFn, params: dict[str, ParamSpec], specs, demands, seeds,
+             trials: int | None = None) -> list[Tuned]:
+        """Tune on each instance's `demands` with `trials` trials (tune_trials by default); `seeds`
+        are its samplers' seeds (from the run's secret)."""
         cfg = self.config
+        total = trials or cfg.tune_trials
         if not params:
             blocks = [Block(s, d, {}) for s, d in zip(specs, demands)]
             return [Tuned({}, st) for st in self.simulator.run(policy, blocks, cfg.warmup)]
@@ -177,8 +180,8 @@ class Tuner:
         best: list[Tuned | None] = [None] * len(specs)
         first: list[str | None] = [None] * len(specs)  # per instance, the first reason an order was out of range
         failed = [0] * len(specs)  # per instance, the trials that failed so
-        for start in range(0, cfg.tune_trials, cfg.tune_batch):
-            n = min(cfg.tune_batch, cfg.tune_trials - start)
+        for start in range(0, total, cfg.tune_batch):
+            n = min(cfg.tune_batch, total - start)
             trials = [[study.ask(dists) for _ in range(n)] for study in studies]
             blocks = [self._block(spec, d, ts, params) for spec, d, ts in zip(specs, demands, trials)]
             violations = [tuning.OutOfRange(len(b.demand)) for b in blocks]
@@ -192,7 +195,7 @@ class Tuner:
                     study.sampler = EliteSampler(seed=seed)
         for tuned, reason in zip(best, first):
             if tuned is None:  # no trial kept its orders in range on this instance: the program's fault
-                raise tuning.OutOfRange.none_kept(reason, cfg.tune_trials, "ordered")
+                raise tuning.OutOfRange.none_kept(reason, total, "ordered")
         return [Tuned(t.values, t.stats, count) for t, count in zip(best, failed)]
 
     @staticmethod

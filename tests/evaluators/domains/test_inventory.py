@@ -132,6 +132,26 @@ def test_a_trial_whose_parameters_order_below_zero_fails_alone_and_the_program_k
         assert instance["params"]["shift"] >= -instance["params"]["level"] and instance["mean_order"] >= 0
 
 
+@pytest.mark.parametrize(("options", "heldout"), [({}, 16), ({"heldout_tune_trials": 6}, 6)])
+def test_held_out_instances_are_tuned_with_more_trials_than_search_ones(options, heldout):
+    """A held-out verdict compares a program's class with base-stock searched over every level:
+    its PARAMS get four times the search's trials there (or heldout_tune_trials)."""
+    domain = get_domain("inventory", **dict(TINY, **options))
+    asked = []
+    real = domain.tuner._tell
+    domain.tuner._tell = lambda study, trials, *rest: asked.append((study, len(trials))) or real(study, trials, *rest)
+    for split in ("search", "heldout"):
+        asked.clear()
+        out = domain.evaluate(in_process(domain.seed_program), read_params(domain.seed_program), split)
+        per_study = {}
+        for study, n in asked:
+            per_study[id(study)] = per_study.get(id(study), 0) + n
+        trials = TINY["tune_trials"] if split == "search" else heldout
+        assert set(per_study.values()) == {trials} and len(per_study) == len(domain.instances(split))
+        assert out.metrics["tune_trials"] == trials * len(domain.instances(split))
+    assert f"{heldout} optuna trials" in " ".join(domain.heldout_table({}, {})[2])  # the report's notes say so
+
+
 def test_a_program_no_trial_of_which_orders_in_range_is_invalid_with_the_first_reason():
     code = "PARAMS = {'x': (1.0, 0.0, 5.0)}\ndef policy(state, params):\n    return -1.0 - params['x']"
     domain = get_domain("inventory", **TINY)
