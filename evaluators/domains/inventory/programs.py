@@ -64,9 +64,6 @@ def policy(state, params):
 }
 
 # (name, template, params) for the embedded mutator; `{expr}` is the policy's return value.
-# "smooth toward mean demand" cannot order below zero as inserted (both terms are >= 0); its
-# np.maximum keeps it so after a later mutation turns its + into a - (which left children that
-# ordered in range only at high levels, tuned to them, and did worse on held-out).
 # "discounted pipeline" adds back (1 - w^age) of each pipeline order, so the position it
 # orders against counts an order of age a (the oldest has age L) with weight w^a.
 MOTIFS = [
@@ -79,7 +76,7 @@ MOTIFS = [
      'np.where(state["on_hand"] + state["pipeline"].sum(axis=1) < params["{p0}"], {expr}, 0.0)',
      (("threshold", 80.0, 0.0, 80.0),)),
     ("smooth toward mean demand",
-     'np.maximum(params["{p0}"] * {expr} + (1.0 - params["{p0}"]) * state["mean_demand"], 0.0)',
+     'params["{p0}"] * {expr} + (1.0 - params["{p0}"]) * state["mean_demand"]',
      (("smooth", 1.0, 0.0, 1.0),)),
     ("minimum order", 'np.maximum({expr}, params["{p0}"])', (("floor", 0.0, 0.0, 10.0),)),
 ]
