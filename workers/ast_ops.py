@@ -38,8 +38,8 @@ class OpContext:
     inspirations: tuple[str, ...] = ()
     motifs: tuple[Motif, ...] = ()
     # The least and greatest value the entry point may return (None: no bound), from the domain:
-    # a new parameter that becomes the returned value gets a range inside them, so its tuning
-    # trials do not spend themselves on values the domain refuses.
+    # a number an operator writes that the program returns as it is (a new parameter's range, a
+    # nudged literal) stays inside them, so tuning trials are not spent on values the domain refuses.
     bounds: tuple[float | None, float | None] = (None, None)
 
 
