@@ -57,8 +57,18 @@ def _validated(domain, options: dict | None = None) -> tuple[str, dict, list[str
     cls = get_domain_class(domain)
     options = getattr(domain, "options", {}) if options is None else options
     dumped = cls.config_model.model_validate(options).model_dump(mode="json")
+    dumped = {key: value for key, value in dumped.items() if not _held_out_only(cls.config_model, key)}
     data = [key for key in data_options(cls.config_model) if isinstance(dumped.get(key), dict)]
     return cls.name, dumped, data, getattr(domain, "source", None) or ""
+
+
+def _held_out_only(model, name: str) -> bool:
+    """An option marked `json_schema_extra={"fingerprint": False}` shapes only the held-out measurement,
+    never a search or validation score: runs that differ in it share elites, and keys stay as they were
+    before it existed."""
+    field = model.model_fields.get(name)
+    extra = field.json_schema_extra if field is not None else None
+    return isinstance(extra, dict) and extra.get("fingerprint") is False
 
 
 def _with_paths(dumped: dict, data: list[str], paths: dict | None) -> dict:

@@ -5,8 +5,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# held-out tuning as short as the search's: the tests check what a report holds, not how well it tunes
 TINY_INVENTORY = {"search_periods": 300, "heldout_periods": 300, "warmup": 50, "search_trajectories": 2,
-                  "heldout_trajectories": 2, "tune_trials": 8, "tune_batch": 4}
+                  "heldout_trajectories": 2, "tune_trials": 8, "tune_batch": 4, "heldout_tune_trials": 8}
 
 
 def llm_config(path: Path, model: str, max_evals: int, max_wall_s: int = 200, run: str = "", more: str = "",

@@ -36,9 +36,11 @@ def test_a_clearly_worse_milp_candidate_is_stopped_early_with_its_reason_and_the
     evaluator, seed = milp
     raced = evaluator.evaluate("slow", SLOW, "search", RaceSpec(ON, "seed", seed.instance_scores, seed.score))
     assert raced.status == Status.RACED and raced.score is None
-    assert raced.metrics["raced"] is True and raced.metrics["instances_seen"] == 4 and raced.metrics["instances"] == 6
-    assert len(raced.instance_scores) == 4 and raced.metrics["partial_mean"] < -2.0  # at least twice default's time
-    assert raced.metrics["p_value"] < 0.025 and "clearly worse than parent seed after 4 of 6 instances" in raced.error
+    # stopped at the first look (4) or, where a loaded machine made the seed's own times vary, the second (5)
+    seen = raced.metrics["instances_seen"]
+    assert raced.metrics["raced"] is True and seen in (4, 5) and raced.metrics["instances"] == 6
+    assert len(raced.instance_scores) == seen and raced.metrics["partial_mean"] < -2.0  # at least twice default's time
+    assert raced.metrics["p_value"] < 0.025 and f"clearly worse than parent seed after {seen} of 6 instances" in raced.error
     assert raced.error == raced.metrics["reason"]
 
 
