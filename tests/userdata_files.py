@@ -103,6 +103,7 @@ name = "inventory"
 search_periods = 200
 heldout_periods = 400
 warmup = 50
+heldout_tune_trials = 32  # as the search's: the tests check the data's path, not the tuning
 
 [domain.options.demand_history]
 path = "demand.csv"
