@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 import copy
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from typing import Callable
 
 import numpy as np
@@ -74,14 +74,6 @@ def _returned(fn: ast.FunctionDef) -> list[ast.expr]:
     return out
 
 
-def _param_names(nodes: list[ast.expr], fn: ast.FunctionDef) -> set[str]:
-    """The names of the `params["name"]` among `nodes`."""
-    params = u.arg_name(fn, 1, "params")
-    return {node.slice.value for node in nodes if isinstance(node, ast.Subscript)
-            and isinstance(node.value, ast.Name) and node.value.id == params
-            and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str)}
-
-
 def _pick(ctx: OpContext, items: list):
     return items[int(ctx.rng.integers(len(items)))] if items else None
 
@@ -114,8 +106,9 @@ def perturb_const(code: str, ctx: OpContext) -> str | None:
     spec = list(specs.values())[(choice - len(sites)) // 2]
     changer = _nudge_default if (choice - len(sites)) % 2 == 0 else _rescale_range
     changed = changer(spec, ctx)
-    if spec.name in _param_names(returned, fn):  # a returned value, as a new parameter's
-        changed = ParamSpec(*_within((spec.name, changed.default, changed.low, changed.high), ctx.bounds))
+    ref = ast.dump(u.param_ref(fn, spec.name))
+    if any(ast.dump(r) == ref for r in returned):  # a returned value, as a new parameter's
+        changed = ParamSpec(*_within(astuple(changed), ctx.bounds))
     specs[spec.name] = changed
     return write_param_specs(code, specs)
 

@@ -195,19 +195,18 @@ class Inventory(Domain):
     # -- scoring ----------------------------------------------------------------------------
 
     def evaluate(self, policy: PolicyFn, params: dict[str, ParamSpec], split: str) -> Outcome:
-        specs = self.instances(check_split(split))
+        specs, trials = self.instances(check_split(split)), self.tune_trials(split)
         if split == "heldout" and not params:
             tuned = [Tuned({}, None)] * len(specs)
         else:
             tuning = [self.tuning_demand(s, split) for s in specs]
-            tuned = self.tuner.tune(policy, params, specs, tuning, [self.tuner_seed(s, split) for s in specs],
-                                    self.tune_trials(split))
+            tuned = self.tuner.tune(policy, params, specs, tuning, [self.tuner_seed(s, split) for s in specs], trials)
         if split == "heldout":
             blocks = [Block(s, self.heldout_demand(s), self._fixed(t.values, self.config.heldout_trajectories))
                       for s, t in zip(specs, tuned)]
             measured = self.simulator.run(policy, blocks, self.config.warmup)
             tuned = [Tuned(t.values, st, t.out_of_range) for t, st in zip(tuned, measured)]
-        return self._outcome(specs, tuned, params, self.base_stock(split), self.tune_trials(split))
+        return self._outcome(specs, tuned, params, self.base_stock(split), trials)
 
     def tune_trials(self, split: str) -> int:
         """Optuna trials per instance of `split`."""

@@ -166,12 +166,10 @@ class Tuner:
     def __init__(self, config: InventoryConfig, simulator: Simulator):
         self.config, self.simulator = config, simulator
 
-    def tune(self, policy: PolicyFn, params: dict[str, ParamSpec], specs, demands, seeds,
-             trials: int | None = None) -> list[Tuned]:
-        """Tune on each instance's `demands` with `trials` trials (tune_trials by default); `seeds`
-        are its samplers' seeds (from the run's secret)."""
+    def tune(self, policy: PolicyFn, params: dict[str, ParamSpec], specs, demands, seeds, total: int) -> list[Tuned]:
+        """Tune on each instance's `demands` with `total` trials; `seeds` are its samplers' seeds (from
+        the run's secret)."""
         cfg = self.config
-        total = trials or cfg.tune_trials
         if not params:
             blocks = [Block(s, d, {}) for s, d in zip(specs, demands)]
             return [Tuned({}, st) for st in self.simulator.run(policy, blocks, cfg.warmup)]
