@@ -4,9 +4,7 @@ The head runs in a temp dir of its own and is stopped by killing the processes t
 that dir (never `ray stop`, which would stop every Ray on the machine).
 """
 import os
-import random
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,6 +17,7 @@ import pytest
 
 from store.query import run_query
 from tests.controller.runs import ROOT, atoll
+from workers.llm.local_server import free_port
 
 CONFIG = "benchmarks/fixed_cost.toml"
 RAY = [sys.executable, "-m", "ray.scripts.scripts"]  # the `ray` command of this Python
@@ -47,21 +46,14 @@ def head():
 
 
 def _free_ports(n: int) -> list[int]:
-    """`n` free loopback ports below the kernel's ephemeral range. A port the kernel handed out for a
-    bind to port 0 and that was closed again could be handed to a connection or a listener of the
-    other test process's Ray before `ray start` binds it (seconds later for its job server); below
-    that range only an explicit bind takes a port. (Ray keeps 10002 to 19999 for its workers.)"""
-    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    rng, ports = random.Random(), []
+    """`n` different free loopback ports, below the kernel's ephemeral range (`free_port`): a port the
+    kernel handed out for a bind to port 0 and closed again could be handed to a connection or a
+    listener of the other test process's Ray before `ray start` binds it (seconds later for its job
+    server)."""
+    ports: list[int] = []
     while len(ports) < n:
-        port = rng.randrange(20_000, low)
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        if port not in ports:
-            ports.append(port)
+        port = free_port()
+        ports += [port] if port not in ports else []
     return ports
 
 

@@ -2,6 +2,8 @@
 
 One server for the module, tiny prompts and few tokens, so the default suite stays fast.
 """
+import os
+import socket
 import time
 
 import pytest
@@ -10,8 +12,9 @@ import xllamacpp  # noqa: F401  the test extra's (atoll[local-llm]): missing, th
 from controller.config import load_config
 from store.query import run_query
 from tests.tiny import ROOT, llm_run
+from workers.llm import local_server
 from workers.llm.config import LocalModel
-from workers.llm.local_server import LlamaCppServer, default_gguf, healthy
+from workers.llm.local_server import LlamaCppServer, default_gguf, healthy, serves_here
 from workers.llm.prompts import PromptInput
 from workers.llm.worker import LLMJob, LLMWorker
 
@@ -60,6 +63,23 @@ def test_the_watchdog_restarts_a_server_that_stopped(server):
     while not (server.restarts >= 1 and healthy(server.root)):
         assert time.monotonic() < deadline, "the server did not come back"
         time.sleep(0.1)
+
+
+def test_the_server_binds_a_port_of_its_own_choosing(monkeypatch):
+    """No port is chosen for it in advance (another program could take it first): a port held by
+    another socket, were it chosen, changes nothing, and what listens on the server's port is this
+    process (the server runs in it)."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        monkeypatch.setattr(local_server, "free_port", lambda: held.getsockname()[1])
+        server = LlamaCppServer(LocalModel(name="smollm2", max_tokens=16, context=512, slots=1), check_every_s=60)
+        try:
+            assert server.port != held.getsockname()[1] and healthy(server.root)
+            assert serves_here(server.port, os.getsid(0))
+        finally:
+            server._stop.set()
+            server._server = None
 
 
 def test_the_shipped_local_config_is_valid():

