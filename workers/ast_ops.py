@@ -205,7 +205,7 @@ def wrap_clip(code: str, ctx: OpContext) -> str | None:
                         copy.deepcopy(target), u.param_ref(fn, name))
     u.replace(fn, target, wrapped)
     spec = (name, default, -4.0 * scale, 4.0 * scale)
-    if any(ret.value is wrapped for ret in u.returns(fn)):  # the bound is then a value returned
+    if any(node is wrapped for node in _returned(fn)):  # the bound is then a value returned as it is
         spec = _within(spec, ctx.bounds)
     return _with_params(ast.unparse(tree), [spec])
 

@@ -89,14 +89,17 @@ def test_wrap_clip_and_add_branch_declare_new_params():
 
 
 def test_a_new_parameter_that_is_returned_gets_a_range_inside_the_domains_bounds():
-    """add_branch's constant level and wrap_clip's bound of the whole return are values the
-    program returns: with the domain's bounds, their ranges stay inside them. Any other new
-    parameter (a gate, a bound of a part) keeps the range it has without bounds."""
-    def returned(child):  # the parameters given straight to the return's outermost call
+    """add_branch's constant level, and wrap_clip's bound of the whole return or of what the return's
+    np.maximum passes through, are values the program returns as they are: with the domain's bounds,
+    their ranges stay inside them. Any other new parameter (a gate, a bound of a part) keeps the
+    range it has without bounds."""
+    def returned(child):  # the parameters of the calls that the return passes through as they are
         ret = ast.parse(child).body[-1].body[-1].value
-        return {arg.slice.value for arg in ret.args if isinstance(arg, ast.Subscript)}
+        through = [ret, *(ret.args[1:] if ret.func.attr == "where" else ret.args)]
+        return {arg.slice.value for call in through if isinstance(call, ast.Call) for arg in call.args
+                if isinstance(arg, ast.Subscript) and arg.value.id == "params"}
 
-    bounded_kinds = set()
+    bounded_kinds, inner = set(), 0
     for seed in range(40):
         for op in ("add_branch", "wrap_clip"):
             free, bounded = OPERATORS[op](PROGRAM, _ctx(seed)), OPERATORS[op](PROGRAM, _ctx(seed, bounds=(0.0, 50.0)))
@@ -109,9 +112,11 @@ def test_a_new_parameter_that_is_returned_gets_a_range_inside_the_domains_bounds
                     assert 0.0 <= spec.low and spec.high <= 50.0, (seed, bounded)
                     assert free_specs[name].low < 0.0  # the same child without bounds spans zero
                     bounded_kinds.add(name)
+                    inner += 'np.maximum(np.m' in bounded  # a bound of the part np.maximum passes through
                 else:
                     assert spec == free_specs[name]
     assert bounded_kinds == {"alt", "cap", "floor"}  # each kind came up returned
+    assert inner >= 3
 
 
 def test_perturb_const_keeps_a_returned_number_inside_the_domains_bounds():
