@@ -106,6 +106,10 @@ def test_a_reply_that_never_leaves_its_reasoning_is_unparseable_with_that_reason
      INVALID_PROGRAM, "a control character (\\x1b) on line 9"),
     ("```python\n" + WANT.replace('"""Base-stock."""', '"""Base-stock.\x9b2J"""') + "```", INVALID_PROGRAM,
      "a control character (\\x9b) on line 7"),
+    # deep enough for the parser, too deep for the recursive walks after it (a RecursionError escaped the worker)
+    pytest.param("<<<<<<< SEARCH\n    return np.maximum(params[\"level\"] - position, 0)\n=======\n    return "
+                 + "-" * 2000 + "position\n>>>>>>> REPLACE", INVALID_PROGRAM, "nested too deeply to check",
+                 id="nested-too-deeply"),
 ])
 def test_bad_replies_end_with_their_status_and_reason(reply, status, reason):
     with pytest.raises(EditError) as caught:

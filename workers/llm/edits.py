@@ -168,6 +168,15 @@ def check_child(child: str, parent: str, entry_point: str) -> str:
         raise EditError(INVALID_PROGRAM, f"not valid Python: line {exc.lineno}: {exc.msg}") from None
     except (ValueError, MemoryError, RecursionError) as exc:
         raise EditError(INVALID_PROGRAM, f"not valid Python: {exc}") from None
+    try:
+        return _contract_form(tree, child, parent, entry_point)
+    except RecursionError:  # the parser nests deeper than the recursive walks of the checks and the normal form
+        raise EditError(INVALID_PROGRAM, "nested too deeply to check (an expression or block hundreds of "
+                                         "levels deep): a policy needs no such nesting") from None
+
+
+def _contract_form(tree: ast.Module, child: str, parent: str, entry_point: str) -> str:
+    """`check_child` past the parse: the contract's checks, then the normal form."""
     func = _function(tree, entry_point)
     if func is None:
         raise EditError(INVALID_PROGRAM, f"breaks the contract: no top-level def {entry_point}(...)")
