@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 @dataclass(frozen=True)
 class Step:
-    kind: str  # "reply", "status", "hang", "stall", "slow", "no_usage", "strict"
+    kind: str  # "reply", "status", "hang", "stall", "slow", "no_usage", "strict", "raw"
     value: object = None  # reply text or callable(prompt) -> text; HTTP status; seconds
     delay: float = 0.0
     finish: str = "stop"  # the choice's finish_reason ("length": cut off at max_tokens)
@@ -61,6 +61,12 @@ def slow(seconds: float, text) -> Step:
     return Step("slow", text, seconds)
 
 
+def raw(payload) -> Step:
+    """A 200 answer with this JSON body (or these bytes) as it is: what a server that is not quite
+    OpenAI's, or a proxy in front of one, sends."""
+    return Step("raw", payload)
+
+
 def parent_code(prompt: str) -> str:
     """The current program shown in a prompt."""
     found = re.search(r"## Current program\n```python\n(.*?)```", prompt, re.S)
@@ -98,6 +104,8 @@ class ScriptedLLM:
                     with outer._lock:  # the step is not used up: the next request takes it again
                         outer.count -= 1
                     return self._send(400, {"error": {"message": message, "type": "invalid_request_error"}})
+                if step.kind == "raw":
+                    return self._send(200, step.value)
                 if step.kind == "status":
                     return self._send(step.value, {"error": {"message": f"scripted {step.value}"}},
                                       {"retry-after-ms": "5"})
@@ -118,7 +126,7 @@ class ScriptedLLM:
                 self._send(200, payload)
 
             def _send(self, code, payload, headers=None):
-                data = json.dumps(payload).encode()
+                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
                 extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
                 head = (f"HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"
                         f"{extra}\r\n").encode()

@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from tests.workers.scripted_llm import ScriptedLLM, Step, cut, hang, reasoned, reply, slow, status, strict
+from tests.workers.scripted_llm import ScriptedLLM, Step, cut, hang, raw, reasoned, reply, slow, status, strict
 from workers.llm.client import ChatClient, api_key
 
 MESSAGES = [{"role": "user", "content": "hello there"}]
@@ -119,3 +119,33 @@ def test_no_server_at_the_address_is_said_as_such_not_as_a_timeout():
     assert (result.status, result.attempts) == ("http_error", 3), result
     assert f"cannot connect to http://127.0.0.1:{port}/v1/chat/completions" in result.error, result.error
     assert "Connection refused" in result.error and time.monotonic() - start < 10
+
+
+def test_usage_no_call_can_have_is_estimated_and_never_raises():
+    """Usage of Infinity raised out of `chat`; a negative count gave the budget back; one past
+    llm_calls' 32-bit columns failed the driver's commit, and every commit after it."""
+    answer = {"choices": [{"index": 0, "finish_reason": "stop",
+                           "message": {"role": "assistant", "content": "some reply text here"}}]}
+    usages = [{"prompt_tokens": float("inf"), "completion_tokens": 3}, {"prompt_tokens": 12, "completion_tokens": -5},
+              {"prompt_tokens": -100000, "completion_tokens": 5}, {"prompt_tokens": 3_000_000_000},
+              {"prompt_tokens": 10 ** 400, "completion_tokens": 1}, {"prompt_tokens": "many"}, ["not", "a", "dict"]]
+    with ScriptedLLM([raw(dict(answer, usage=u)) for u in usages] + [raw(dict(answer, usage={
+            "prompt_tokens": 40, "completion_tokens": 9}))]) as server:
+        client = _client(server.url)
+        results = [client.chat(MESSAGES) for _ in range(len(usages) + 1)]
+    estimated = ("ok", "some reply text here", len("hello there") // 4, len("some reply text here") // 4, True)
+    assert [(r.status, r.text, r.tokens_in, r.tokens_out, r.estimated_tokens) for r in results] == [
+        estimated] * len(usages) + [("ok", "some reply text here", 40, 9, False)]
+
+
+def test_an_answer_with_no_completion_is_an_http_error_with_the_servers_message():
+    """A proxy that sends its upstream's error with a 200 (or a body with no choices) was an 'ok' empty
+    reply: an 'unparseable' child, a failure the next prompt blamed on the model, the model never paused."""
+    with ScriptedLLM([raw({"error": {"message": "upstream overloaded", "code": 529}}), raw({"id": "x"}),
+                      raw({"choices": []}), raw(b"<html>bad gateway</html>"), raw([1, 2])]) as server:
+        client = _client(server.url)
+        results = [client.chat(MESSAGES) for _ in range(5)]
+    assert [r.status for r in results] == ["http_error"] * 5
+    assert results[0].error == "HTTP 200 with no completion: upstream overloaded"
+    assert results[1].error == 'HTTP 200 with no completion: {"id": "x"}'
+    assert "malformed answer" in results[3].error and "no completion" in results[4].error

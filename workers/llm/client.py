@@ -129,6 +129,9 @@ class ChatClient:
             return self._failed(HTTP_ERROR, f"HTTP {response.status}: {_message(response.data)}", start, attempts=attempts)
         try:
             reply = json.loads(response.data)
+            if not isinstance(reply, dict) or not reply.get("choices"):  # e.g. a proxy's error sent with a 200
+                return self._failed(HTTP_ERROR, f"HTTP 200 with no completion: {_message(response.data)}", start,
+                                    attempts=attempts)
             return self._result(reply, attempts, time.monotonic() - start, messages)
         except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:  # a malformed answer
             return self._failed(HTTP_ERROR, f"malformed answer ({type(exc).__name__}: {str(exc)[:200]})", start,
@@ -140,8 +143,8 @@ class ChatClient:
 
     @staticmethod
     def _result(reply: dict, attempts: int, latency: float, messages) -> ChatResult:
-        choices = reply.get("choices") or []
-        message = choices[0].get("message") if choices else None
+        choices = reply["choices"]
+        message = choices[0].get("message")
         text = (message.get("content") or "") if message else ""
         if isinstance(text, list):  # content parts, as some servers send them: their text, in order
             text = "".join(part.get("text") or "" for part in text
@@ -152,17 +155,31 @@ class ChatClient:
         # `reasoning`): kept beside the answer (llm_calls.reasoning), never parsed for an edit
         reasoning = (message.get("reasoning_content") or message.get("reasoning")) if message else None
         reasoning = reasoning if isinstance(reasoning, str) else ""
-        extra = {"cut": choices[0].get("finish_reason") == "length" if choices else False, "reasoning": reasoning}
-        usage = reply.get("usage") or {}
-        if usage.get("prompt_tokens") is not None:
-            return ChatResult(OK, text, int(usage["prompt_tokens"]), int(usage.get("completion_tokens") or 0),
-                              latency, attempts, **extra)
+        extra = {"cut": choices[0].get("finish_reason") == "length", "reasoning": reasoning}
+        usage = reply.get("usage") if isinstance(reply.get("usage"), dict) else {}
+        tokens_in, tokens_out = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens") or 0)
+        if tokens_in is not None and tokens_out is not None:
+            return ChatResult(OK, text, tokens_in, tokens_out, latency, attempts, **extra)
         prompt_chars = sum(len(m.get("content", "")) for m in messages)
         return ChatResult(OK, text, prompt_chars // 4, (len(text) + len(reasoning)) // 4, latency, attempts,
                           estimated_tokens=True, **extra)
 
     def close(self) -> None:
         self._pool.clear()
+
+
+MAX_COUNTED = 10 ** 9  # tokens no call reaches; two such counts still add up inside llm_calls' 32-bit columns
+
+
+def _count(value) -> int | None:
+    """A usage token count, or None when it is none a call can have (absent, not a number, negative,
+    not finite, beyond MAX_COUNTED): such usage is estimated, as if the server had sent none, for a
+    count taken as it is would give a budget back, or fail the driver's commit of the call's row."""
+    try:
+        n = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return int(n) if 0 <= n <= MAX_COUNTED else None  # NaN fails both comparisons
 
 
 def _message(data: bytes) -> str:
