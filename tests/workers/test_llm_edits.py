@@ -141,3 +141,20 @@ def test_the_checked_childs_normal_form_is_the_one_the_driver_would_compute():
     assert dedup.check(WANT, form) is None and dedup.add(WANT) == form_hash(WANT)
     layout = WANT.replace("import numpy as np\n", "import numpy as np\n\n# a comment\n")
     assert dedup.check(layout) == "normal_form"  # computed by the driver: the same key as the worker's
+
+
+def test_a_degenerate_reply_of_blank_lines_is_read_in_linear_time():
+    """A small model that runs on in newlines and spaces until max_tokens: the markers' `^\\s*` tried
+    every run of blank lines from each of its starts, over a minute for these three replies of 64,000
+    characters (quadratic: far longer for a longer reply), holding the GIL from the worker's other calls."""
+    import time
+
+    blank = " \n" * 32000
+    start = time.monotonic()
+    for reply in (blank, "<<<<<<< SEARCH\n" + blank):
+        with pytest.raises(EditError, match="no SEARCH/REPLACE block|no ======= line"):
+            child_from_reply(reply, PARENT, "policy")
+    assert child_from_reply(DIFF.replace("=======", blank + "======="), PARENT, "policy")[0] == WANT
+    assert time.monotonic() - start < 2.0  # linear: milliseconds
+    child, _ = child_from_reply(DIFF.replace("<<<<<<< SEARCH\n", "<<<<<<< SEARCH\n\n  \n"), PARENT, "policy")
+    assert child == WANT  # blank lines after a marker are still left out of the search text

@@ -21,9 +21,12 @@ from workers.normal_form import form_of
 UNPARSEABLE, DID_NOT_APPLY, INVALID_PROGRAM = "unparseable", "did_not_apply", "invalid_program"
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # control characters but tab and newline
 
-_SEARCH = re.compile(r"^\s*<{3,9}\s*SEARCH\s*$", re.M)
-_DIVIDER = re.compile(r"^\s*={3,9}\s*$", re.M)
-_REPLACE = re.compile(r"^\s*>{3,9}\s*(REPLACE)?\s*$", re.M)
+# A marker's line may hold spaces around it but never spans lines: `^\s*` would try every run of
+# blank lines from each of its starts, quadratic in a degenerate reply of newlines and spaces
+_SPACE = r"[^\S\n]*"
+_SEARCH = re.compile(rf"^{_SPACE}<{{3,9}}{_SPACE}SEARCH{_SPACE}$", re.M)
+_DIVIDER = re.compile(rf"^{_SPACE}={{3,9}}{_SPACE}$", re.M)
+_REPLACE = re.compile(rf"^{_SPACE}>{{3,9}}{_SPACE}(REPLACE)?{_SPACE}$", re.M)
 _FENCE = re.compile(r"```[ \t]*([\w+-]*)[ \t]*\n(.*?)(?:```|\Z)", re.S)
 
 
@@ -93,13 +96,16 @@ def _blocks(text: str) -> tuple[tuple[str, str], ...]:
 
 def _until_fence(text: str) -> str:
     """A replacement whose closing marker is missing ends at a closing fence or the text's end."""
-    fence = re.search(r"^\s*```\s*$", text, re.M)
+    fence = re.search(rf"^{_SPACE}```{_SPACE}$", text, re.M)
     return text[:fence.start()] if fence else text
 
 
 def _trim(text: str) -> str:
-    """Drop the newline after a marker and the one before the next, keeping indentation."""
-    return text.removeprefix("\n").rstrip("\n ")
+    """Drop the blank lines after a marker and the newline before the next, keeping indentation."""
+    return _BLANK_LINES.sub("", text).rstrip("\n ")
+
+
+_BLANK_LINES = re.compile(r"\A(?:[^\S\n]*\n)+")
 
 
 def apply_edit(parent: str, edit: Edit) -> str:
