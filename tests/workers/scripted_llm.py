@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 @dataclass(frozen=True)
 class Step:
-    kind: str  # "reply", "status", "hang", "stall", "slow", "no_usage", "strict", "raw"
+    kind: str  # "reply", "status", "hang", "stall", "slow", "no_usage", "strict", "raw", "trickle"
     value: object = None  # reply text or callable(prompt) -> text; HTTP status; seconds
     delay: float = 0.0
     finish: str = "stop"  # the choice's finish_reason ("length": cut off at max_tokens)
@@ -65,6 +65,11 @@ def raw(payload) -> Step:
     """A 200 answer with this JSON body (or these bytes) as it is: what a server that is not quite
     OpenAI's, or a proxy in front of one, sends."""
     return Step("raw", payload)
+
+
+def trickle(seconds: float, text) -> Step:
+    """A reply whose body comes a byte each `seconds` after its headers: each read is quick, the whole never."""
+    return Step("trickle", text, seconds)
 
 
 def parent_code(prompt: str) -> str:
@@ -123,15 +128,22 @@ class ScriptedLLM:
                 if step.kind != "no_usage":
                     payload["usage"] = {"prompt_tokens": len(prompt) // 4, "completion_tokens": len(text) // 4,
                                         "total_tokens": len(prompt) // 4 + len(text) // 4}
-                self._send(200, payload)
+                self._send(200, payload, delay=step.delay if step.kind == "trickle" else 0.0)
 
-            def _send(self, code, payload, headers=None):
+            def _send(self, code, payload, headers=None, delay=0.0):
                 data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
                 extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
                 head = (f"HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"
                         f"{extra}\r\n").encode()
                 try:
-                    self.wfile.write(head + data)
+                    if not delay:
+                        return self.wfile.write(head + data)
+                    self.wfile.write(head)
+                    for i in range(len(data)):
+                        if outer._stop.wait(delay):
+                            return
+                        self.wfile.write(data[i:i + 1])
+                        self.wfile.flush()
                 except OSError:
                     pass
 

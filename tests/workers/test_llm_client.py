@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from tests.workers.scripted_llm import ScriptedLLM, Step, cut, hang, raw, reasoned, reply, slow, status, strict
+from tests.workers.scripted_llm import ScriptedLLM, Step, cut, hang, raw, reasoned, reply, slow, status, strict, trickle
 from workers.llm.client import ChatClient, api_key
 
 MESSAGES = [{"role": "user", "content": "hello there"}]
@@ -149,3 +149,22 @@ def test_an_answer_with_no_completion_is_an_http_error_with_the_servers_message(
     assert results[0].error == "HTTP 200 with no completion: upstream overloaded"
     assert results[1].error == 'HTTP 200 with no completion: {"id": "x"}'
     assert "malformed answer" in results[3].error and "no completion" in results[4].error
+
+
+def test_an_answer_is_read_for_at_most_the_timeout_and_up_to_a_size():
+    """Each socket read had the timeout, the whole body none: a server trickling a byte each 0.1 s
+    held a call of timeout_s = 0.5 for as long as it liked, and any size of body was read into memory."""
+    from workers.llm.client import MAX_ANSWER_BYTES
+
+    with ScriptedLLM([trickle(0.1, "a reply of some length that comes slowly"), reply("fine"),
+                      raw(b" " * (MAX_ANSWER_BYTES + 1)), reply("fine again")]) as server:
+        client = _client(server.url, timeout_s=0.5, retries=0)
+        start = time.monotonic()
+        slow_one = client.chat(MESSAGES)
+        assert time.monotonic() - start < 3  # the body alone takes over 20 s
+        assert (slow_one.status, slow_one.attempts) == ("timeout", 1), slow_one
+        assert "did not finish its answer in time" in slow_one.error
+        assert client.chat(MESSAGES).text == "fine"  # the next call is answered as usual
+        big = client.chat(MESSAGES)
+        assert (big.status, big.error) == ("http_error", "the answer ran past 16 MiB; not read further")
+        assert client.chat(MESSAGES).text == "fine again"

@@ -74,7 +74,7 @@ class ChatClient:
         self.limit_field, self.send_temperature = "max_tokens", True
         self.url = base_url.rstrip("/") + "/chat/completions"
         self._headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
-        self._max_retries = max_retries
+        self._max_retries, self._timeout_s = max_retries, timeout_s
         retry = urllib3.Retry(total=max_retries, allowed_methods=None, status_forcelist=RETRIED,
                               backoff_factor=0.5, backoff_max=8.0, backoff_jitter=0.25,
                               respect_retry_after_header=True, raise_on_status=False, raise_on_redirect=False)
@@ -110,8 +110,14 @@ class ChatClient:
         return ""
 
     def _call(self, body: dict, messages: list[dict], start: float) -> ChatResult:
+        attempts = 1
         try:
-            response = self._pool.request("POST", self.url, body=json.dumps(body).encode(), headers=self._headers)
+            response = self._pool.request("POST", self.url, body=json.dumps(body).encode(), headers=self._headers,
+                                          preload_content=False)
+            attempts = len(response.retries.history) + 1 if response.retries else 1
+            data = _read(response, self._timeout_s)
+        except _Unread as exc:
+            return self._failed(exc.status, str(exc), start, attempts=attempts)
         except MaxRetryError as exc:
             if isinstance(exc.reason, NewConnectionError):  # refused, unreachable, no such host (urllib3
                 # makes it a kind of connect timeout, but nothing there is slow: nothing is there)
@@ -124,13 +130,12 @@ class ChatClient:
             return self._failed(TIMEOUT, "the endpoint did not answer in time", start, retried=False)
         except (HTTPError, ProtocolError, OSError) as exc:
             return self._failed(HTTP_ERROR, f"{type(exc).__name__}: {str(exc)[:300]}", start, retried=False)
-        attempts = len(response.retries.history) + 1 if response.retries else 1
         if response.status >= 300:
-            return self._failed(HTTP_ERROR, f"HTTP {response.status}: {_message(response.data)}", start, attempts=attempts)
+            return self._failed(HTTP_ERROR, f"HTTP {response.status}: {_message(data)}", start, attempts=attempts)
         try:
-            reply = json.loads(response.data)
+            reply = json.loads(data)
             if not isinstance(reply, dict) or not reply.get("choices"):  # e.g. a proxy's error sent with a 200
-                return self._failed(HTTP_ERROR, f"HTTP 200 with no completion: {_message(response.data)}", start,
+                return self._failed(HTTP_ERROR, f"HTTP 200 with no completion: {_message(data)}", start,
                                     attempts=attempts)
             return self._result(reply, attempts, time.monotonic() - start, messages)
         except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:  # a malformed answer
@@ -166,6 +171,38 @@ class ChatClient:
 
     def close(self) -> None:
         self._pool.clear()
+
+
+MAX_ANSWER_BYTES = 16 * 2 ** 20  # far above any real reply (a token is a few bytes, 6 for an escaped character)
+
+
+class _Unread(Exception):
+    """An answer given up while it came: too long, or too slow; `status` is the call's."""
+
+    def __init__(self, status: str, reason: str):
+        super().__init__(reason)
+        self.status = status
+
+
+def _read(response, timeout_s: float) -> bytes:
+    """The answer's body as it comes, at most MAX_ANSWER_BYTES and for at most `timeout_s`: the socket's
+    timeout bounds each read alone, so a server that trickled its answer held the call without end,
+    and a body of any size was read whole into memory."""
+    deadline, chunks, size = time.monotonic() + timeout_s, [], 0
+    try:
+        while chunk := response.read1(65536):
+            size += len(chunk)
+            if size > MAX_ANSWER_BYTES:
+                raise _Unread(HTTP_ERROR, f"the answer ran past {MAX_ANSWER_BYTES // 2 ** 20} MiB; not read further")
+            if time.monotonic() > deadline:
+                raise _Unread(TIMEOUT, f"the endpoint did not finish its answer in time ({size} bytes in {timeout_s:g} s)")
+            chunks.append(chunk)
+    except _Unread:
+        response.close()  # the rest is never read: the connection is not used again
+        raise
+    finally:
+        response.release_conn()
+    return b"".join(chunks)
 
 
 MAX_COUNTED = 10 ** 9  # tokens no call reaches; two such counts still add up inside llm_calls' 32-bit columns
