@@ -13,12 +13,12 @@ from evaluators.params import PARAMS_NAME
 
 
 def normal_form(code: str) -> str | None:
-    """A short hash of the program's normal form, or None when it does not parse."""
+    """A short hash of the program's normal form, or None when it does not parse or nests deeper
+    than the normalising walk reaches (the parser goes deeper than Python's recursion limit)."""
     try:
-        tree = ast.parse(code)
+        return form_of(ast.parse(code))
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return None
-    return form_of(tree)
 
 
 def form_of(tree: ast.Module) -> str:
