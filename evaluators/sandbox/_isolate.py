@@ -50,8 +50,14 @@ def mount(source, target: str, fstype=None, flags: int = 0, data: str | None = N
            f"mount {target}")
 
 
-def tmpfs(target: str, size_kb: int, mode: str, flags: int = SAFE) -> None:
-    mount("tmpfs", target, "tmpfs", flags, f"size={size_kb}k,mode={mode}")
+def tmpfs(target: str, size_kb: int, mode: str, flags: int = SAFE, inodes: int | None = None) -> None:
+    mount("tmpfs", target, "tmpfs", flags, f"size={size_kb}k,mode={mode}" + (f",nr_inodes={inodes}" if inodes else ""))
+
+
+def scratch(target: str, size_kb: int, mode: str) -> None:
+    """A candidate's writable tmpfs, with an inode per 4 KiB of its size: the size counts no inode, and
+    the kernel's default number (half the machine's pages) would let empty files take gigabytes."""
+    tmpfs(target, size_kb, mode, inodes=max(size_kb >> 2, 64))
 
 
 def read_only(target: str, extra: int = 0) -> None:
@@ -216,9 +222,9 @@ def private_mounts(scratch_mb: int, keep: list[tuple[str, str]] = ()) -> None:
     held = [(path, kind, os.open(path, os.O_PATH | os.O_CLOEXEC)) for path, kind in keep]
     try:
         mount("proc", "/proc", "proc", SAFE | MS_NOEXEC)
-        tmpfs("/tmp", scratch_mb << 10, "1777")
-        tmpfs("/run", 1024, "755")
-        tmpfs("/dev/shm", scratch_mb << 10, "1777")
+        scratch("/tmp", scratch_mb << 10, "1777")
+        scratch("/run", 1024, "755")
+        scratch("/dev/shm", scratch_mb << 10, "1777")
         for path, kind, fd in held:
             _place(path, {"kind": kind}, fd)
     finally:
@@ -262,10 +268,13 @@ def map_read_only(fd: int):
         os.close(fd)
 
 
+FILES = 256  # open descriptors a candidate's process may hold: each pipe's buffers are memory no other limit counts
+
+
 def set_limits(limits: dict) -> None:
     for name, value in (("RLIMIT_AS", limits["memory_mb"] << 20), ("RLIMIT_CPU", limits["cpu_s"]),
                         ("RLIMIT_FSIZE", limits["file_mb"] << 20), ("RLIMIT_CORE", 0),
-                        ("RLIMIT_NPROC", limits["processes"])):
+                        ("RLIMIT_NPROC", limits["processes"]), ("RLIMIT_NOFILE", FILES)):
         resource.setrlimit(getattr(resource, name), (value, value))
 
 
@@ -300,9 +309,13 @@ def drop_capabilities() -> None:
 # --- seccomp ------------------------------------------------------------------
 # What a policy never needs: new namespaces, mounts, tracing other processes,
 # kernel keys, BPF, personality changes, module and kexec loading, io_uring (which
-# would bypass this filter), clock and host changes, and new sockets (the candidates
-# of one fork server share its empty network namespace; socketpair stays allowed).
-BLOCKED = ("socket", "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "fsopen", "fsconfig", "fsmount",
+# would bypass this filter), clock and host changes, sockets (the candidates of one
+# fork server share its empty network namespace, whose abstract socket names a
+# socketpair's end can take), and memory that no address-space limit counts: a
+# memfd's pages, System V shared memory, semaphores and message queues (whose limits
+# in a candidate's own IPC namespace are the kernel's, unbounded), socket buffers.
+BLOCKED = ("socket", "socketpair", "memfd_create", "memfd_secret", "shmget", "semget", "msgget",
+           "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "fsopen", "fsconfig", "fsmount",
            "fspick", "move_mount", "open_tree", "mount_setattr", "ptrace", "process_vm_readv",
            "process_vm_writev", "kcmp", "pidfd_getfd", "bpf", "perf_event_open", "userfaultfd", "keyctl",
            "add_key", "request_key", "personality", "kexec_load", "kexec_file_load", "init_module",
