@@ -313,8 +313,9 @@ def drop_capabilities() -> None:
 # fork server share its empty network namespace, whose abstract socket names a
 # socketpair's end can take), and memory that no address-space limit counts: a
 # memfd's pages, System V shared memory, semaphores and message queues (whose limits
-# in a candidate's own IPC namespace are the kernel's, unbounded), socket buffers.
-BLOCKED = ("socket", "socketpair", "memfd_create", "memfd_secret", "shmget", "semget", "msgget",
+# in a candidate's own IPC namespace are the kernel's, unbounded), socket buffers;
+# and the machine's Linux AIO contexts (`fs.aio-max-nr`, one count for every process).
+BLOCKED = ("socket", "socketpair", "memfd_create", "memfd_secret", "shmget", "semget", "msgget", "io_setup",
            "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "fsopen", "fsconfig", "fsmount",
            "fspick", "move_mount", "open_tree", "mount_setattr", "ptrace", "process_vm_readv",
            "process_vm_writev", "kcmp", "pidfd_getfd", "bpf", "perf_event_open", "userfaultfd", "keyctl",

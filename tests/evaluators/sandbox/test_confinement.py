@@ -3,6 +3,7 @@
 Each candidate program reports what it found as its action values (or raises with
 the finding), so every assertion is about what the candidate really observed.
 """
+import ctypes
 import os
 import site
 
@@ -318,3 +319,30 @@ def test_two_candidates_of_one_fork_server_cannot_reach_each_other():
             assert guest._server is host._server
             guest(BATCH)
         assert host(BATCH)[0].tolist() == [0.0]
+
+
+AIO = '''import ctypes
+import numpy as np
+libc = ctypes.CDLL(None, use_errno=True)
+
+def policy(s, p):
+    taken = 0
+    for _ in range(1024):  # contexts of 8192 events, until the machine's fs.aio-max-nr is spent
+        if libc.syscall(206, 8192, ctypes.byref(ctypes.c_ulong(0))) != 0:
+            break
+        taken += 8192
+    return np.array([float(taken)])
+'''
+
+
+def test_a_candidate_cannot_take_the_machines_aio_contexts():
+    """io_setup(2) counts against one machine-wide limit: a candidate holding it all would refuse
+    every other process of the node (the evaluator's included) its asynchronous I/O while it lives."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    with PolicyProcess(AIO, "policy", LIMITS) as proc:
+        taken = proc(BATCH)[0].tolist()
+        context = ctypes.c_ulong(0)
+        ours = libc.syscall(206, 128, ctypes.byref(context))  # while the candidate still lives
+        if ours == 0:
+            libc.syscall(207, context)  # io_destroy
+    assert (taken, ours) == ([0.0], 0), (taken, ours, ctypes.get_errno())
