@@ -228,14 +228,28 @@ def _check_descriptors(islands, domain) -> None:
 def load_config(path: str | Path, overrides: list[str] = ()) -> tuple[AtollConfig, str]:
     """Load, override and validate; returns the config and the resolved TOML-ish text."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist")
+    text = read_config_text(path)
     try:
-        tree = tomllib.loads(path.read_text())
+        tree = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     config = validate(read_domain_file(apply_overrides(tree, list(overrides)), path.parent), path.parent.resolve())
-    return config, path.read_text()
+    return config, text
+
+
+def read_config_text(path: Path) -> str:
+    """The config file's text, or a one-line error: missing, a folder, unreadable, or not UTF-8 (TOML's encoding)."""
+    if not path.exists():
+        raise ConfigError(f"config file {path} does not exist")
+    if not path.is_file():
+        raise ConfigError(f"config file {path} is not a file; give a TOML file, e.g. configs/inventory.toml")
+    try:
+        return path.read_text(encoding="utf-8-sig")  # a BOM (as some editors write) is no part of TOML
+    except OSError as exc:
+        raise ConfigError(f"config file {path}: cannot read it: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path} is not UTF-8 text (byte {exc.start}: {exc.reason}); TOML files are "
+                          "UTF-8: save it as UTF-8") from None
 
 
 def read_domain_file(tree: dict, folder: Path) -> dict:

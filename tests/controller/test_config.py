@@ -1,11 +1,15 @@
 """Bad configuration stops with one line naming the key; good configs load."""
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from controller.config import ConfigError, load_config
 
+ROOT = Path(__file__).resolve().parents[2]
 BASE = '[run]\nmax_evals = 10\n\n[domain]\nname = "inventory"\n'
 
 
@@ -85,3 +89,29 @@ def test_an_unknown_key_in_one_model_of_a_list_names_that_model_s_keys():
     with pytest.raises(ConfigError) as caught:
         load_config(local, ["mutator.llm.models.0.base_url=http://127.0.0.1:1/v1"])
     assert "unknown key; its section knows name, " in str(caught.value) and "gguf" in str(caught.value)
+
+
+@pytest.mark.parametrize("content, needle", [
+    ("[run]\nname = 'café'\n".encode("utf-16"),  # as Windows editors save "Unicode"
+     "c.toml is not UTF-8 text (byte 0: invalid start byte); TOML files are UTF-8: save it as UTF-8"),
+    ("# café\n".encode("latin-1") + BASE.encode(), "c.toml is not UTF-8 text (byte 5: invalid continuation byte)"),
+    (None, "config file c.toml is not a file; give a TOML file"),
+], ids=["utf-16", "latin-1", "a folder"])
+def test_a_config_file_that_cannot_be_read_as_text_is_one_line_and_exit_2(tmp_path, content, needle):
+    """A file in another encoding, or a folder, given as the config: one line, no traceback."""
+    if content is None:
+        (tmp_path / "c.toml").mkdir()
+    else:
+        (tmp_path / "c.toml").write_bytes(content)
+    proc = subprocess.run([sys.executable, "-m", "controller", "check", "c.toml"], cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 2 and proc.stdout == "", (proc.stdout, proc.stderr)
+    assert proc.stderr.count("\n") == 1 and needle in proc.stderr, proc.stderr
+
+
+def test_a_config_saved_with_a_byte_order_mark_loads(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_bytes(b"\xef\xbb\xbf" + BASE.encode())
+    config, text = load_config(path)
+    assert config.run.max_evals == 10 and text.startswith("[run]")
