@@ -77,7 +77,7 @@ def prepare(config: ControlConfig) -> Setup | None:
     if config.token_file:
         given = read_token(Path(config.token_file), "control.token_file")
     elif given is not None:
-        given = _checked(given.strip(), TOKEN_ENV)
+        given = checked(given.strip(), TOKEN_ENV)
     if given is None and not is_loopback(config.host):
         raise _user_error(f"control.host={config.host} is not a loopback address, so the control plane needs a "
                         f"token: put one of at least {MIN_TOKEN_CHARS} characters in {TOKEN_ENV} or in a file "
@@ -87,15 +87,20 @@ def prepare(config: ControlConfig) -> Setup | None:
 
 def read_token(path: Path, what: str) -> str:
     try:
-        text = path.expanduser().read_text().strip()
+        text = path.expanduser().read_bytes().decode("ascii", errors="replace").strip()
     except OSError as exc:
         raise _user_error(f"{what}: cannot read {path}: {exc.strerror}") from None
-    return _checked(text, f"{what} {path}")
+    return checked(text, f"{what} {path}")
 
 
-def _checked(token: str, what: str) -> str:
+def checked(token: str, what: str) -> str:
+    """The token, if every call can carry it: gRPC metadata holds printable ASCII only (a token of
+    other characters, or random bytes, made a run nobody could steer)."""
     if len(token) < MIN_TOKEN_CHARS:
         raise _user_error(f"{what}: the token must have at least {MIN_TOKEN_CHARS} characters")
+    if not (token.isascii() and token.isprintable()):
+        raise _user_error(f"{what}: the token must be printable ASCII (letters, digits, punctuation), as gRPC "
+                          "carries no other characters; make one with: openssl rand -hex 24")
     return token
 
 

@@ -62,7 +62,9 @@ class ControlClient:
         record = control.read_record(self.run_dir)
         if record is None:
             raise not_live(self.run_dir)
-        token = token or record.get("token") or os.environ.get(control.TOKEN_ENV)
+        token = token or record.get("token")
+        if not token and os.environ.get(control.TOKEN_ENV):
+            token = control.checked(os.environ[control.TOKEN_ENV].strip(), control.TOKEN_ENV)
         if not token:
             raise UserError(f"{self.run_dir}: this run's control plane needs its token: set {control.TOKEN_ENV} "
                             "or give --token-file")

@@ -225,6 +225,24 @@ def test_a_run_bound_beyond_loopback_without_a_token_is_refused_before_it_exists
     assert not (run_dir / "archive.duckdb").exists()
 
 
+@pytest.mark.parametrize("token_file, token_env", [(None, "tökentökentökentöken"),
+                                                    (bytes(range(128, 176)), None)], ids=["non-ascii", "random-bytes"])
+def test_a_token_that_grpc_cannot_carry_is_refused_before_the_run_exists(tmp_path, token_file, token_env):
+    """A token of non-ASCII characters, or random bytes in its file, made a run that every steering call
+    failed on (INTERNAL: Invalid metadata), or a UnicodeDecodeError traceback."""
+    run_dir, extra, args = tmp_path / "run", {}, []
+    if token_env:
+        extra[control.TOKEN_ENV] = token_env
+    if token_file:
+        (tmp_path / "token").write_bytes(token_file)
+        args = ["--set", f"control.token_file={tmp_path / 'token'}"]
+    refused = atoll(tmp_path, "run", CONFIG, *TINY, *args, "--max-evals", "2", "--no-report", "--run-dir", run_dir,
+                    timeout=120, **extra)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "the token must be printable ASCII" in refused.stderr and "openssl rand -hex" in refused.stderr
+    assert not (run_dir / "archive.duckdb").exists()
+
+
 def _in_a_network_namespace_of_its_own(tmp_path, *args) -> subprocess.Popen:
     """`atoll ARGS` as the README starts a run, under `unshare -n`: its loopback is not the test's."""
     return subprocess.Popen(["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$0" -m controller "$@"',
