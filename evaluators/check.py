@@ -114,6 +114,7 @@ class Checker:
         self.evaluator = self._evaluator(_SECRETS)
         self.domain = self.evaluator.domain
         self.seed: dict[str, EvalResult] = {}
+        self.baselines: dict[str, dict[str, EvalResult]] = {}  # each baseline's result on each split
 
     def _evaluator(self, secrets: RunSecrets) -> Evaluator:
         return Evaluator(self.spec, {}, self.sandbox, self.hide, secrets=secrets)
@@ -157,21 +158,31 @@ class Checker:
         if not baselines:
             return [Check("the domain has baselines", False, "no baseline to compare the evolved best with: "
                           "add at least one program (SimpleDomain: baseline_programs)")]
-        return [self._on_every_split(f"baseline {name!r}", {split: self._evaluate(
-            self.evaluator, f"check-baseline-{name}", code, split) for split in SPLITS})
-            for name, code in baselines.items()]
+        for name, code in baselines.items():
+            self.baselines[name] = {split: self._evaluate(self.evaluator, f"check-baseline-{name}", code, split)
+                                    for split in SPLITS}
+        return [self._on_every_split(f"baseline {name!r}", results) for name, results in self.baselines.items()]
 
     def splits_differ(self) -> Check:
         name = "the splits hold different instances"
         results = {split: self._seed_on(split) for split in SPLITS}
         if any(r.status != Status.OK for r in results.values()):
             return Check(name, False, "not measured: the seed program did not score on every split")
-        same = [(a, b) for a, b in combinations(SPLITS, 2) if _same_start(results[a], results[b])]
+        # a seed that is the domain's yardstick (inventory's base-stock) scores alike on every instance: the
+        # baselines that scored everywhere tell the splits apart too
+        others = [r for r in self.baselines.values() if all(r[split].status == Status.OK for split in SPLITS)]
+        same = [(a, b) for a, b in combinations(SPLITS, 2)
+                if all(_same_start(p[a], p[b]) for p in (results, *others))]
         if same:
             a, b = same[0]
+            also = ", and so does every baseline" if others else ""
             return Check(name, False, f"the seed program scores the same on {a} and {b}, instance by instance "
-                                      "(on the instances both have): build each split's instances from the rng "
-                                      "that instances() receives")
+                                      f"(on the instances both have){also}: build each split's instances from the "
+                                      "rng that instances() receives")
+        alike = [f"{a} and {b}" for a, b in combinations(SPLITS, 2) if _same_start(results[a], results[b])]
+        if alike:
+            return Check(name, True, f"the seed's per-instance scores are alike on {', '.join(alike)} (the scores' "
+                                     "yardstick, say), a baseline's differ")
         return Check(name, True, "the seed's per-instance scores differ between " + ", ".join(SPLITS))
 
     def deterministic(self) -> Check:
