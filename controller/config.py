@@ -194,6 +194,7 @@ def validate(tree: dict, folder: Path | None = None) -> AtollConfig:
         config = AtollConfig.model_validate(tree)
     except ValidationError as exc:
         raise ConfigError(_first_error(exc, model=AtollConfig)) from None
+    _no_bool_as_number(config, tree)
     try:
         model = get_domain_class(config.domain).config_model
     except DomainLoadError as exc:
@@ -205,9 +206,27 @@ def validate(tree: dict, folder: Path | None = None) -> AtollConfig:
         message = _first_error(exc, model=model)  # "(top level): ..." for a rule across several options
         raise ConfigError("domain.options" + (message[len("(top level)"):] if message.startswith("(top level)")
                                               else "." + message)) from None
+    _no_bool_as_number(options, config.domain.options, "domain.options.")
     _check_descriptors(config.islands, get_domain_class(config.domain))
     domain = config.domain.model_copy(update={"options": pinned(config.domain.options, options)})
     return config.model_copy(update={"domain": domain})
+
+
+def _no_bool_as_number(model: BaseModel, given: dict, where: str = "") -> None:
+    """Refuse true or false given for a number: pydantic takes them as 1 and 0, so `wall_s = true`
+    made every sandbox limit 1 s and `run.max_evals=true` a budget of 1, without a word."""
+    for key, value in given.items() if isinstance(given, dict) else ():
+        if key not in type(model).model_fields:
+            continue
+        held = getattr(model, key)
+        if isinstance(value, bool) and not isinstance(held, bool) and isinstance(held, (int, float)):
+            raise ConfigError(f"{where}{key}: {str(value).lower()} given where a number is expected")
+        if isinstance(held, BaseModel):
+            _no_bool_as_number(held, value, f"{where}{key}.")
+        elif isinstance(held, (list, tuple)) and isinstance(value, list):
+            for i, (inner, raw) in enumerate(zip(held, value)):
+                if isinstance(inner, BaseModel):
+                    _no_bool_as_number(inner, raw, f"{where}{key}[{i}].")
 
 
 def _check_descriptors(islands, domain) -> None:

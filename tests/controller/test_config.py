@@ -52,6 +52,23 @@ def test_overrides_are_typed_and_validated(tmp_path):
         load_config(write(tmp_path, BASE), ["islands.count"])
 
 
+def test_true_or_false_given_for_a_number_is_refused_where_pydantic_took_it_as_1_or_0(tmp_path):
+    """`wall_s = true` made every sandbox limit 1 s (the seed then failed on a timeout, with no word of
+    the typo), `run.max_evals=true` a budget of 1; a true given where a flag is expected stands."""
+    api = str(Path(__file__).resolve().parents[2] / "configs" / "inventory_api.toml")
+    wall = tmp_path / "wall.toml"
+    wall.write_text(BASE + "[evaluator.sandbox]\nwall_s = true\n")
+    for path, override, needle in [
+            (wall, None, "evaluator.sandbox.wall_s: true"),
+            (write(tmp_path, BASE), "run.max_evals=true", "run.max_evals: true"),
+            (write(tmp_path, BASE), "domain.options.heldout_tune_trials=true", "domain.options.heldout_tune_trials: true"),
+            (api, "mutator.llm.models.hosted.temperature=true", "mutator.llm.models[0].temperature: true")]:
+        with pytest.raises(ConfigError, match=re.escape(needle + " given where a number is expected")):
+            load_config(path, [override] if override else [])
+    config, _ = load_config(api, ["mutator.llm.models.hosted.diagnose=true"])
+    assert config.mutator.llm.models[0].diagnose is True
+
+
 def test_an_override_reaches_one_model_by_its_name_or_place():
     """A shipped LLM config pointed at one's own server without editing it."""
     api = str(Path(__file__).resolve().parents[2] / "configs" / "inventory_api.toml")
