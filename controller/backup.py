@@ -366,6 +366,15 @@ def offer(run_dir) -> str:
             f"atoll resume {run_dir} --from-backup")
 
 
+def _run_of(archive: Path) -> str | None:
+    """The run an archive holds, or None when it does not read (damaged: what a restore is for)."""
+    try:
+        with DuckDBArchive(archive, read_only=True) as held:
+            return held.latest_run_id()
+    except Exception:  # noqa: BLE001  any failure to read it leaves the restore to go ahead, as before
+        return None
+
+
 def restore(run_dir: Path, source: Path | None = None) -> str:
     """Put the run directory's backup (or the backup file `source`, e.g. a copy in
     `controller.backup_dir` after the run's machine was lost) in its archive's place, keeping the
@@ -385,12 +394,14 @@ def restore(run_dir: Path, source: Path | None = None) -> str:
         raise UserError(f"{run_dir} holds no backup ({BACKUP}): a run makes one every controller.backup_every_s "
                         "(1800 s by default) once it has run that long; a backup kept elsewhere (its copy in "
                         "controller.backup_dir) is given as --from-backup FILE")
+    current = None  # the run the archive holds, where it reads
     if archive.exists():
         try:  # a live driver's lock comes before any read of the file, damaged or not
             duckdb.connect(str(archive), read_only=True).close()
         except Exception as exc:  # noqa: BLE001  only the lock matters here: the archive may well be damaged
             if is_lock_error(exc):
                 raise in_use(run_dir, str(exc)) from None
+        current = _run_of(archive)
     staged = run_dir / f".{ARCHIVE}.{os.getpid()}.restoring"
     kept = None
     try:
@@ -399,9 +410,14 @@ def restore(run_dir: Path, source: Path | None = None) -> str:
             with DuckDBArchive(staged, read_only=True) as copy:
                 done = copy.con.execute(SEARCH_COUNT).fetchone()[0]
                 asked = copy.con.execute("SELECT count(*) FROM llm_calls").fetchone()[0]
+                backed = copy.latest_run_id()
         except (ArchiveDamaged, duckdb.Error) as exc:
             either = "" if source is not None else " either"
             raise UserError(f"{backup} cannot be read{either}: {first_line(exc)}; nothing was changed") from None
+        if current is not None and backed != current:  # a readable run is never swapped for another one
+            raise UserError(f"--from-backup {backup}: it holds run {backed}, and {run_dir} holds run {current}, whose "
+                            f"archive reads; nothing was changed. To continue {backed}, resume into a new folder: "
+                            f"atoll resume NEWDIR --from-backup {backup}")
         if archive.exists():
             kept = run_dir / f"archive.replaced-{time.strftime('%Y%m%d-%H%M%S')}.duckdb"
             os.replace(archive, kept)

@@ -325,6 +325,26 @@ def test_a_damaged_archive_is_resumed_from_its_backup_which_keeps_the_damaged_fi
         f"(archive.backup.duckdb): atoll resume {lost} --from-backup")
 
 
+def test_a_backup_of_another_run_never_replaces_a_run_whose_archive_reads(tmp_path):
+    """The wrong file given at 3 a.m.: `resume DIR --from-backup FILE` where FILE holds another run and
+    DIR's archive is whole is refused, DIR untouched; that run goes on in a folder of its own."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    for run_dir in (first, second):
+        out = atoll(tmp_path, "run", CONFIG, "--run-dir", run_dir, "--max-evals", 2, "--no-report", *TINY,
+                    "--set", f"run.name={run_dir.name}")
+        assert out.returncode == 0, out.stderr
+    other, archive = first / "archive.duckdb", second / "archive.duckdb"
+    held = archive.read_bytes()
+    refused = atoll(tmp_path, "resume", second, "--from-backup", other)
+    line = _one_line(refused.stderr)
+    assert refused.returncode == 2 and f"--from-backup {other}: it holds run first-" in line, refused.stderr
+    assert f"and {second} holds run second-" in line and "nothing was changed" in line, line
+    assert line.endswith(f"resume into a new folder: atoll resume NEWDIR --from-backup {other}"), line
+    assert archive.read_bytes() == held and not list(second.glob("archive.replaced-*")), list(second.iterdir())
+    moved = atoll(tmp_path, "resume", tmp_path / "new", "--from-backup", other, "--no-report")
+    assert moved.returncode == 0 and "the archive is now the backup" in moved.stdout, moved.stderr
+
+
 def test_a_run_whose_machine_is_lost_resumes_elsewhere_from_its_copy_in_backup_dir(tmp_path):
     """controller.backup_dir (another disk or machine) gets a copy of each backup as RUN_ID.duckdb; with
     the run directory gone whole, `resume NEWDIR --from-backup FILE` makes NEWDIR and finishes the budget."""
