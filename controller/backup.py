@@ -384,12 +384,14 @@ def restore(run_dir: Path, source: Path | None = None) -> str:
     from store.readonly import is_lock_error
 
     backup, archive = source or run_dir / BACKUP, run_dir / ARCHIVE
+    made = False  # the run directory, made here: removed again when nothing is restored into it
     if source is not None:
         if not source.is_file():
             raise UserError(f"--from-backup {source}: no such file")
         if not run_dir.is_dir():
             check_can_make(run_dir)
             run_dir.mkdir(parents=True)
+            made = True
     elif not backup.is_file():
         raise UserError(f"{run_dir} holds no backup ({BACKUP}): a run makes one every controller.backup_every_s "
                         "(1800 s by default) once it has run that long; a backup kept elsewhere (its copy in "
@@ -413,7 +415,13 @@ def restore(run_dir: Path, source: Path | None = None) -> str:
                 backed = copy.latest_run_id()
         except (ArchiveDamaged, duckdb.Error) as exc:
             either = "" if source is not None else " either"
-            raise UserError(f"{backup} cannot be read{either}: {first_line(exc)}; nothing was changed") from None
+            if made:
+                staged.unlink(missing_ok=True)
+                run_dir.rmdir()
+            why = first_line(exc)  # naming the file the user gave, not the copy read
+            for copied in (f"{staged}.tmp", str(staged)):
+                why = why.replace(copied, str(backup))
+            raise UserError(f"{backup} cannot be read{either}: {why}; nothing was changed") from None
         if current is not None and backed != current:  # a readable run is never swapped for another one
             raise UserError(f"--from-backup {backup}: it holds run {backed}, and {run_dir} holds run {current}, whose "
                             f"archive reads; nothing was changed. To continue {backed}, resume into a new folder: "

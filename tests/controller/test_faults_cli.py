@@ -343,6 +343,12 @@ def test_a_backup_of_another_run_never_replaces_a_run_whose_archive_reads(tmp_pa
     assert archive.read_bytes() == held and not list(second.glob("archive.replaced-*")), list(second.iterdir())
     moved = atoll(tmp_path, "resume", tmp_path / "new", "--from-backup", other, "--no-report")
     assert moved.returncode == 0 and "the archive is now the backup" in moved.stdout, moved.stderr
+    text = tmp_path / "notes.txt"  # not an archive at all: no folder is left made for it
+    text.write_text("not a database\n" * 100)
+    wrong = atoll(tmp_path, "resume", tmp_path / "newer", "--from-backup", text)
+    line = _one_line(wrong.stderr)
+    assert wrong.returncode == 2 and line.startswith(f"atoll: {text} cannot be read: "), wrong.stderr
+    assert f'"{text}"' in line and "nothing was changed" in line and not (tmp_path / "newer").exists(), line
 
 
 def test_a_run_whose_machine_is_lost_resumes_elsewhere_from_its_copy_in_backup_dir(tmp_path):
