@@ -40,10 +40,14 @@ _BACKUP_RETRY_S = 300.0  # a library backup that failed during the run is tried 
 
 
 def domain_name(config) -> str:
-    """The domain's registered name (a file domain's class names itself too)."""
-    from evaluators.registry import get_domain_class
+    """The domain's name in the library: its registered name, or the name a file domain's class gives
+    itself; `file:NAME` for a file domain that takes a registered domain's name (`atoll new-domain
+    inventory`), whose skills and prompt variants must not mix with the registered domain's."""
+    from evaluators.registry import domain_names, get_domain_class
 
-    return get_domain_class(config.domain).name
+    name = get_domain_class(config.domain).name
+    from_file = bool(config.domain.path or config.domain.source)
+    return f"file:{name}" if from_file and name in domain_names() else name
 
 
 def open_library(config) -> Library | None:

@@ -8,9 +8,10 @@ import time
 import numpy as np
 import pytest
 
-from controller.config import validate
+from controller.config import load_config, validate
 from controller.fingerprint import fingerprint
 from controller.memory import WARM, RunMemory, library_note, retrieve_skills
+from controller.scaffold import write_domain
 from controller.skill_learning import SkillLearner
 from controller.variant_memory import VariantMemory
 from controller.warm_start import WarmStartError
@@ -160,6 +161,26 @@ def test_warm_from_must_name_known_runs_of_the_same_domain(archive, tmp_path):
         "status": "completed"}))
     with pytest.raises(WarmStartError, match="searched domain 'milp'"):
         RunMemory(_config(warm_start=True, warm_from=["/runs/m1"]), archive, "r1", tmp_path / "run")
+
+
+def test_a_users_domain_named_like_a_built_in_one_keeps_its_skills_and_runs_apart(archive, tmp_path):
+    library = Library(default_path())
+    library.transaction(lambda con: records.add_skills(con, [_skill_row()]))  # learned by a built-in inventory run
+    library.transaction(lambda con: records.upsert_run(con, {
+        "run_id": "r0", "run_dir": "/runs/r0", "domain": "inventory", "fingerprint": "x", "config": {},
+        "status": "completed"}))
+    write_domain("inventory", tmp_path / "mine")  # atoll new-domain inventory: a pricing domain of the user's
+    config, _ = load_config(tmp_path / "mine" / "inventory.toml", ["memory.warm_start=true"])
+    memory = RunMemory(config, archive, "r1", tmp_path / "run")
+    assert memory.plan["skills"] == [] and memory.skills == {} and memory.domain == "file:inventory"
+    with pytest.raises(WarmStartError, match="searched domain 'inventory', not 'file:inventory'"):
+        RunMemory(load_config(tmp_path / "mine" / "inventory.toml", ["memory.warm_start=true",
+                                                                      "memory.warm_from=[\"r0\"]"])[0],
+                  archive, "r2", tmp_path / "run")
+    # a file domain with a name of its own keeps that name, as libraries hold it
+    write_domain("pricing", tmp_path / "own")
+    assert RunMemory(load_config(tmp_path / "own" / "pricing.toml")[0], archive, "r3", tmp_path / "run").domain == (
+        "pricing")
 
 
 def test_the_fingerprint_fills_in_defaults_and_tells_options_apart():
