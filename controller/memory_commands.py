@@ -16,9 +16,11 @@ def _library() -> Library:
     return Library(default_path())
 
 
-def _read(work):
+def _read(work, write: bool = False):
+    """`work(con)` over the library: opened read-only (never created) unless `write`."""
+    library = _library()
     try:
-        return _library().transaction(work)
+        return library.transaction(work) if write else library.read(work)
     except LibraryError as exc:
         raise UserError(str(exc)) from None
 
@@ -43,7 +45,8 @@ def cmd_runs(args) -> int:
               None if r["best_search_score"] is None else f"{r['best_search_score']:.5g}",
               _warm_text(r["warm_start"]), r["run_dir"], str(r["started_at"])[:19]) for r in rows]
     gone = sum(not holds_archive(r["run_dir"]) for r in rows)
-    note = (f"the library {default_path()} knows no runs yet" if not rows else
+    note = (f"the library {default_path()} knows no runs yet" + ("" if default_path().exists() else
+            " (there is no such file: a run creates it)") if not rows else
             f"{gone} of these {len(rows)} runs' directories no longer hold their archive.duckdb (moved or deleted); "
             "`atoll query --library` leaves them out" if gone else None)
     print_rows(cols, table, note, args.json)
@@ -65,7 +68,9 @@ def cmd_skills(args) -> int:
     from store import library_records as records
 
     if args.retire:
-        if not _read(lambda con: records.retire_skill(con, args.retire)):
+        known = _read(lambda con: con.execute("SELECT count(*) FROM skills WHERE skill_id = ?",
+                                              [args.retire]).fetchall()[0][0])
+        if not known or not _read(lambda con: records.retire_skill(con, args.retire), write=True):
             raise UserError(f"the library has no skill {args.retire!r} (`atoll skills` lists them)")
         print(f"retired {args.retire}: kept in the library, never retrieved again")
         return 0

@@ -37,7 +37,10 @@ SCHEMA_DIR = Path(__file__).with_name("library_schema")
 T = TypeVar("T")
 _DAMAGE_RETRIES = 3
 BACKUP_EVERY_S = 3600.0  # runs back the library up when its backup is older than this (memory.backup_every_s)
+_FULL = ("No space left on device", "Disk quota exceeded")
 _FRESH = "move it aside (or delete it) to start a fresh library, or point ATOLL_LIBRARY elsewhere"
+_ELSEWHERE = (f"set memory.library (or {ENV}) to a file in a folder you can write, or memory.enabled = false "
+              "to run without the library")
 
 
 class LibraryError(Exception):
@@ -67,7 +70,21 @@ def latest_version() -> int:
 
 def _is_damage(exc: BaseException) -> bool:
     text = str(exc).lower()
-    return isinstance(exc, duckdb.IOException) or "corrupt" in text or "checksum" in text
+    return not _no_room(exc) and (isinstance(exc, duckdb.IOException) or "corrupt" in text or "checksum" in text)
+
+
+def _no_room(exc: BaseException) -> bool:
+    """A write the disk (or the user's quota) had no room for: the library is whole, only not updated."""
+    return any(text in str(exc) for text in _FULL)
+
+
+def _rolled_back(con) -> None:
+    """Roll back a failed transaction; one whose COMMIT failed is already gone, and that failure is
+    the one to report, not ROLLBACK's 'no transaction is active'."""
+    try:
+        con.execute("ROLLBACK")
+    except duckdb.Error:
+        pass
 
 
 class Library:
@@ -149,6 +166,9 @@ class Library:
             if is_lock_error(exc):
                 raise LibraryBusy(f"the library {self.path} stayed busy for {patience:g} s: "
                                   f"{first_line(exc)}") from None
+            if _no_room(exc):
+                raise LibraryError(f"cannot write the library {self.path}: {first_line(exc)}; it is kept as it "
+                                   "was: free some space on its disk, or point ATOLL_LIBRARY elsewhere") from None
             if _is_damage(exc):
                 raise LibraryError(f"cannot read the library {self.path}: {first_line(exc)}; {_FRESH}"
                                    f"{self._backup_hint()}") from None
@@ -157,6 +177,34 @@ class Library:
     def ensure(self) -> int:
         """Create or check the library; returns its schema version."""
         return self.transaction(lambda con: self._version(con))
+
+    def read(self, work: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
+        """`work(con)` for a command that only reads: the library opened read-only, so one this user may
+        only read is read too, and a missing one is not created (`work` sees empty tables). A library of
+        an older schema is upgraded first, as a write would."""
+        if not self.path.exists():
+            return self._blank(work)
+        return self._retried(lambda: self._read_once(work))
+
+    def _read_once(self, work):
+        con = self._connect(read_only=True)
+        try:
+            version = self._version(con)
+            self._refuse_newer(version)
+            if version == latest_version():
+                return work(con)
+        finally:
+            con.close()
+        return self._blank(work) if version == 0 else self._once(work)
+
+    def _blank(self, work):
+        """`work(con)` over an empty library in memory: nothing is written anywhere."""
+        con = duckdb.connect(":memory:")
+        try:
+            self._migrate(con)
+            return work(con)
+        finally:
+            con.close()
 
     def _once(self, work):
         con = self._connect()
@@ -168,29 +216,45 @@ class Library:
                     result = work(con)
                     con.execute("COMMIT")
                 except BaseException:
-                    con.execute("ROLLBACK")
+                    _rolled_back(con)
                     raise
             return result
         finally:
             con.close()
 
-    def _connect(self) -> duckdb.DuckDBPyConnection:
+    def _connect(self, read_only: bool = False) -> duckdb.DuckDBPyConnection:
         if self.path.is_dir():
             raise LibraryError(f"the library path {self.path} is a directory; give a file name, e.g. "
                                f"{self.path / 'library.duckdb'}")
+        if not read_only:
+            self._check_writable()
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise LibraryError(f"cannot create the library's folder {self.path.parent}: {exc.strerror}; set "
-                               f"memory.library (or {ENV}) to a file in a folder you can write, or "
-                               "memory.enabled = false to run without the library") from None
-        try:
-            return duckdb.connect(str(self.path))
+            return duckdb.connect(str(self.path), read_only=read_only)
         except duckdb.Error as exc:
             if is_lock_error(exc) or _is_damage(exc):
                 raise  # retried, then reported by `transaction`
             raise LibraryError(f"cannot read the library {self.path}: {first_line(exc)}; {_FRESH}"
                                f"{self._backup_hint()}") from None
+
+    def _check_writable(self) -> None:
+        """The library's folder made, and the file and its folder (DuckDB writes its log beside it) ones
+        this user may write: else one line that says so, not that the library is damaged."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise LibraryError(f"cannot create the library's folder {self.path.parent}: {exc.strerror}; "
+                               f"{_ELSEWHERE}") from None
+        denied = [str(p) for p in (self.path, self.path.parent) if p.exists() and not os.access(p, os.W_OK)]
+        if denied:
+            reads = ("; `atoll runs`, `atoll skills` and `atoll query --library` still read it"
+                     if self.path.exists() else "")
+            raise LibraryError(f"cannot write the library {self.path}: this user may not write {denied[0]}{reads}; "
+                               f"{_ELSEWHERE}")
+
+    def _refuse_newer(self, version: int) -> None:
+        if version > latest_version():
+            raise LibraryError(f"the library {self.path} has schema version {version}, newer than this Atoll "
+                               f"knows ({latest_version()}); upgrade Atoll, or point ATOLL_LIBRARY elsewhere")
 
     def _version(self, con) -> int:
         tables = {name for (name,) in con.execute(
@@ -205,9 +269,7 @@ class Library:
     def _migrate(self, con) -> None:
         """Apply the missing schema files, each in its own transaction; refuse a newer schema."""
         version = self._version(con)
-        if version > latest_version():
-            raise LibraryError(f"the library {self.path} has schema version {version}, newer than this Atoll "
-                               f"knows ({latest_version()}); upgrade Atoll, or point ATOLL_LIBRARY elsewhere")
+        self._refuse_newer(version)
         for number, name, sql in migrations():
             if number <= version:
                 continue
@@ -219,5 +281,5 @@ class Library:
                 con.execute("INSERT INTO library_version VALUES (?, ?, now())", [number, name])
                 con.execute("COMMIT")
             except BaseException:
-                con.execute("ROLLBACK")
+                _rolled_back(con)
                 raise

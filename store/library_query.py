@@ -22,6 +22,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random
 from store import live
 from store.duckdb_archive import migrations as archive_migrations
 from store.library import Library, is_lock_error
+from store.library import migrations as library_migrations
 from store.query import ARCHIVE
 from store.readonly import QueryError, explained, first_line, reads
 
@@ -51,12 +52,15 @@ def _retrying(seconds: float) -> Retrying:
 def connect_library(library: Library, busy_s: float = 30.0) -> tuple[duckdb.DuckDBPyConnection, list[str]]:
     """An in-memory connection with the library and every known archive attached read-only,
     the cross-run views made, and then locked down; returns it and the notes."""
-    library.ensure()  # created if missing; one clear error if damaged or newer
+    library.read(lambda con: None)  # one clear error if damaged or newer; never created if missing
     con = duckdb.connect(":memory:", config=_CONFIG)
     try:
-        for attempt in _retrying(busy_s):
-            with attempt:
-                con.execute("ATTACH ? AS library (READ_ONLY)", [str(library.path)])
+        if library.path.exists():
+            for attempt in _retrying(busy_s):
+                with attempt:
+                    con.execute("ATTACH ? AS library (READ_ONLY)", [str(library.path)])
+        else:
+            _blank_library(con)
         _blank_tables(con)
         for name in LIBRARY_VIEWS:
             con.execute(f"CREATE TEMP VIEW {name} AS SELECT * FROM library.{name}")
@@ -129,6 +133,15 @@ def _load_live(con, alias: str, run_dir: Path) -> None:
             con.execute(f"CREATE TABLE {alias}.{table} AS SELECT * FROM live_rows")
         finally:
             con.unregister("live_rows")
+
+
+def _blank_library(con) -> None:
+    """An empty library in memory, for a library file that does not exist yet (a run creates it)."""
+    con.execute("ATTACH ':memory:' AS library")
+    con.execute("USE library")
+    for _, _, sql in library_migrations():
+        con.execute(sql)
+    con.execute("USE memory.main")
 
 
 def _blank_tables(con) -> None:

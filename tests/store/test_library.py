@@ -115,6 +115,36 @@ def test_two_processes_writing_at_once_both_succeed_and_lose_nothing(tmp_path):
     assert by_id["sk-shared"]["successes"] == 2 * len(range(0, n, 3))
 
 
+def test_a_library_on_a_full_disk_says_so_in_one_line_and_takes_the_write_once_there_is_room(tmp_path):
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], capture_output=True,
+                             text=True, check=False)
+    if mounted.returncode != 0 and os.geteuid() != 0:
+        pytest.skip(f"mounting a tmpfs needs root: {mounted.stderr.strip()}")
+    assert mounted.returncode == 0, f"cannot mount a tmpfs here: {mounted.stderr.strip()}"
+    try:
+        library = Library(disk / "library.duckdb")
+        library.transaction(lambda con: records.add_skills(con, [_skill("sk-1", "r1", "c1")]))
+        filler = disk / "filler"
+        with open(filler, "wb", buffering=0) as out, pytest.raises(OSError):
+            while True:
+                out.write(b"x" * 4096)
+        uses = [{"run_id": "r1", "program_id": f"p{i}", "skill_id": "sk-1", "parent_id": "x", "status": "OK",
+                 "success": i % 2 == 0, "gain": 0.1} for i in range(2000)]
+        with pytest.raises(LibraryError) as err:  # was DuckDB's 'cannot rollback - no transaction is active'
+            library.transaction(lambda con: records.add_skill_uses(con, uses))
+        message = str(err.value)
+        assert "\n" not in message and "No space left on device" in message and "free some space" in message
+        assert "delete" not in message
+        filler.unlink()
+        library.transaction(lambda con: records.add_skill_uses(con, uses))
+        [skill] = library.transaction(lambda con: records.skills(con, "inventory"))
+        assert (skill["uses"], skill["successes"]) == (2000, 1000)
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
 def test_a_busy_library_is_waited_for_then_reported(tmp_path):
     path = tmp_path / "library.duckdb"
     Library(path).ensure()

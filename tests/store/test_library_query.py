@@ -8,7 +8,7 @@ import pytest
 
 from store import library_records as records
 from store.duckdb_archive import DuckDBArchive
-from store.library import Library
+from store.library import Library, LibraryError
 from store.library_query import run_library_query
 from store.query import QueryError
 from store.records import Candidate, EvalResult, Status
@@ -114,3 +114,32 @@ def test_atoll_runs_says_how_many_of_its_runs_are_gone(tmp_path, temporary_libra
     assert "gone" in out.stdout and "kept" in out.stdout  # both listed, as the library knows them
     assert ("1 of these 2 runs' directories no longer hold their archive.duckdb (moved or deleted); "
             "`atoll query --library` leaves them out") in out.stderr
+
+
+def test_reading_commands_create_no_library_and_read_one_this_user_may_only_read(
+        tmp_path, temporary_library, atoll_cli):
+    for args in (["runs"], ["skills"], ["skills", "--retire", "sk-1"],
+                 ["query", "--library", "SELECT count(*) AS n FROM runs; SELECT count(*) AS n FROM skill_efficacy"]):
+        atoll_cli(*args, check=args[1:2] != ["--retire"])
+    assert not temporary_library.parent.exists()  # a typo in ATOLL_LIBRARY left no file (and no folder) behind
+    assert "there is no such file: a run creates it" in atoll_cli("runs").stderr
+    _run(tmp_path, "kept", [-1.0], Library(temporary_library))
+    folder = temporary_library.parent
+    if os.geteuid() == 0:  # root writes whatever the modes say: a read-only mount (the suite runs in `unshare`)
+        subprocess.run(["mount", "--bind", str(folder), str(folder)], check=True)
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(folder)], check=True)
+    else:
+        temporary_library.chmod(0o444)
+        folder.chmod(0o555)
+    try:
+        assert "kept" in atoll_cli("runs").stdout
+        assert atoll_cli("query", "--library", "SELECT run_id FROM runs", "--json").stdout.strip() == (
+            '{"run_id": "kept"}')
+        with pytest.raises(LibraryError) as err:
+            Library(temporary_library).ensure()
+        assert f"cannot write the library {temporary_library}" in str(err.value) and "delete" not in str(err.value)
+    finally:
+        if os.geteuid() == 0:
+            subprocess.run(["umount", str(folder)], check=True)
+        else:
+            folder.chmod(0o755)
