@@ -123,6 +123,11 @@ def cmd_resume(args) -> int:
                 print(f"atoll: {line}", file=sys.stderr, flush=True)
         archive.record_protections(run_id, _sandbox_protections(config))
         if run["status"] == "completed" and done >= config.run.max_evals:  # nothing left: no Ray, no models
+            best = archive.best_program(run_id, "search")
+            note = _memory_checked(config, archive, run_id, run_dir, "completed").finish(
+                "completed", done, best and best["score"])  # what a library that was not written missed
+            if note:
+                console.print(f"[atoll] {note}", soft_wrap=True)
             console.print(f"atoll: {run_id} completed with its {done} of {config.run.max_evals} evaluations; nothing "
                           f"to resume. Give it more with: atoll resume {run_dir} --set run.max_evals=N (its held-out "
                           f"table: atoll report {run_dir})", soft_wrap=True)
@@ -193,8 +198,9 @@ def _models_checked(config) -> None:
             raise UserError(f"mutator.llm model {cfg.name!r}: {exc}; {where}") from None
 
 
-def _memory_checked(config, archive=None, run_id="", run_dir=None):
-    """The run's memory (library, warm start), or a one-line error; only a check without an archive."""
+def _memory_checked(config, archive=None, run_id="", run_dir=None, status="running"):
+    """The run's memory (library, warm start), its first write under `status`, or a one-line error; only
+    a check without an archive."""
     from controller.memory import RunMemory, check_memory
     from controller.warm_start import WarmStartError
     from evaluators.registry import get_domain_class
@@ -203,7 +209,7 @@ def _memory_checked(config, archive=None, run_id="", run_dir=None):
     try:
         if archive is None:
             return check_memory(config)
-        return RunMemory(config, archive, run_id, run_dir, get_domain_class(config.domain).entry_point)
+        return RunMemory(config, archive, run_id, run_dir, get_domain_class(config.domain).entry_point, status)
     except (LibraryError, WarmStartError) as exc:
         raise UserError(str(exc)) from None
 

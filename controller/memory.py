@@ -86,7 +86,7 @@ def retrieve_skills(library: Library, domain: str, parent_code: str, k: int = 3,
 class RunMemory:
     """The hooks the run loop calls; with the library off, every hook does nothing."""
 
-    def __init__(self, config, archive, run_id: str, run_dir, entry_point: str = "policy"):
+    def __init__(self, config, archive, run_id: str, run_dir, entry_point: str = "policy", status: str = "running"):
         self.config, self.memory, self.archive, self.run_id = config, config.memory, archive, run_id
         self.run_dir = str(Path(run_dir).resolve())
         self.entry_point = entry_point
@@ -112,7 +112,7 @@ class RunMemory:
         self.variants = self._variants()
         self.rng = np.random.default_rng([config.run.seed, 16])
         best = archive.best_program(run_id, "search")
-        self.flush(archive.count_evaluations(run_id, "search"), best and best["score"], force=True)
+        self.flush(archive.count_evaluations(run_id, "search"), best and best["score"], status, force=True)
         self._copy_away()  # a backup made before backup_dir was set, or whose copy a lost driver left unmade
         self._say_if_copied()
 

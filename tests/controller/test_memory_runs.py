@@ -51,6 +51,20 @@ def test_bad_warm_start_sources_are_refused_before_a_run_starts(atoll_cli, tmp_p
     assert not (tmp_path / "run").exists()
 
 
+def test_a_completed_run_resumed_sends_its_contribution_to_a_library_that_missed_it(atoll_cli, tmp_path,
+                                                                                    monkeypatch):
+    run_dir = tmp_path / "run"
+    atoll_cli("run", "configs/inventory.toml", "--run-dir", str(run_dir), "--max-evals", "3", "--no-report", *TINY)
+    elites = _rows(atoll_cli, "SELECT program_id, search_score FROM elites ORDER BY rank")
+    assert elites
+    # the library its end could not write (a full disk, a library elsewhere): the end said `atoll resume` sends it
+    monkeypatch.setenv("ATOLL_LIBRARY", str(tmp_path / "missed" / "library.duckdb"))
+    out = atoll_cli("resume", str(run_dir), "--no-report").stdout
+    assert "nothing to resume" in out and f"{len(elites)} elites kept" in out
+    assert _rows(atoll_cli, "SELECT status, evaluations FROM runs") == [{"status": "completed", "evaluations": 3}]
+    assert _rows(atoll_cli, "SELECT program_id, search_score FROM elites ORDER BY rank") == elites
+
+
 @pytest.mark.slow
 @pytest.mark.skipif("validation" not in SPLITS, reason="skills are learned on the validation split, which the "
                                                      "secret-seeds work adds to every domain")
