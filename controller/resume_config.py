@@ -1,7 +1,8 @@
 """The config a resume goes on with: the run's stored one, changed by the resume's `--set` where it may be.
 
 A resume may change budgets, models, islands and limits. Like `atoll set` on a live run, it
-never lowers `run.max_evals` below the evaluations done. It never changes the domain or its
+never lowers `run.max_evals` below the evaluations done, nor `islands.count` below the islands
+the run's programs were made on (a resume puts each back on its island). It never changes the domain or its
 options: the run's scores so far were measured with them, and its islands, its best and the
 library's elites compare them all. Pointing a data option (`evaluators.userdata`) at a copy
 of the content the run pinned changes nothing that was measured: that is how a run and its
@@ -36,6 +37,7 @@ def resumed_config(stored: dict, overrides: list[str], done: int) -> tuple[Atoll
     old = validate(before)
     new = validate(after) if overrides else old
     _same_domain(old, new, done)
+    _no_fewer_islands(old, new)
     try:
         if new.run.max_evals != old.run.max_evals:
             evals_floor_checked(new, done)
@@ -126,6 +128,15 @@ def _same_domain(before: AtollConfig, after: AtollConfig, scored: int) -> None:
                     f"would be {json.dumps(new)}): the run's {scored} search scores were measured with the old "
                     "ones, and its islands and best compare them all. Start a new run with the new value instead "
                     "(atoll run CONFIG --set ...)")
+
+
+def _no_fewer_islands(before: AtollConfig, after: AtollConfig) -> None:
+    """Refuse fewer islands: the run's programs name the islands they were made on, and a resume
+    rebuilds each island from them (more islands start from the seed)."""
+    if after.islands.count < before.islands.count:
+        raise UserError(f"--set islands.count: {after.islands.count} is below the run's {before.islands.count} "
+                        f"islands, whose programs a resume puts back on them; a resume may add islands, never "
+                        f"remove them (give at least {before.islands.count})")
 
 
 def _differences(before, after, where: str) -> list[tuple[str, object, object]]:

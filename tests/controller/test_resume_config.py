@@ -129,3 +129,31 @@ def test_a_resume_cannot_lower_the_evaluations_below_those_done(tmp_path):
                                      "give at least 4")
     run = _stored(run_dir)
     assert run["status"] == "interrupted" and run["config"]["run"]["max_evals"] == 8
+
+
+def test_a_resume_cannot_drop_islands_and_a_refused_one_changes_nothing(tmp_path):
+    """Fewer islands than the run's programs were made on: one line, exit 2, the stored config
+    unchanged (it raised a traceback rebuilding the islands, and had stored the change first, so
+    a plain `atoll resume` raised it too and the run could not be continued)."""
+    from controller.config import validate
+    from evaluators.secrets import RunSecrets
+    from store.records import Candidate, EvalResult, Status
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    config = validate({"domain": {"name": "inventory"}, "run": {"max_evals": 8},
+                       "islands": {"count": 2}}).model_dump(mode="json")
+    with DuckDBArchive(run_dir / "archive.duckdb") as archive:
+        archive.create_run("r1", config)
+        archive.save_secrets("r1", RunSecrets.fixed(0).to_record())
+        archive.record([(Candidate(f"p{i}", "r1", i % 2, i, ("p0",) if i else (), f"x = {i}",
+                                   "embedded:tweak" if i else "seed", 0.0),
+                         EvalResult(f"p{i}", "search", Status.OK, score=-1.0)) for i in range(4)])
+        archive.set_run_status("r1", "interrupted", ended=True)
+    out = atoll(tmp_path, "resume", run_dir, "--set", "islands.count=1", timeout=60)
+    assert out.returncode == 2
+    assert _one_line(out.stderr) == (
+        "atoll: --set islands.count: 1 is below the run's 2 islands, whose programs a resume puts back on them; "
+        "a resume may add islands, never remove them (give at least 2)")
+    run = _stored(run_dir)
+    assert run["status"] == "interrupted" and run["config"]["islands"]["count"] == 2
