@@ -114,6 +114,10 @@ def cmd_resume(args) -> int:
         _backup_dir_checked(config)
         if source is not None:
             _library_from_copy(config, source, run_id)
+        finished = run["status"] == "completed" and done >= config.run.max_evals  # nothing left: no Ray, no models
+        if not finished:  # what can refuse the resume does so before its changes are stored
+            _library_checked(config)
+        protections = _sandbox_protections(config)
         args.control = _control_setup(config)
         if changes:
             archive.con.execute("UPDATE runs SET config = ? WHERE run_id = ?",
@@ -121,11 +125,14 @@ def cmd_resume(args) -> int:
             console.print(f"atoll config changed for the rest of the run: {', '.join(changes)}")
             for line in moved:
                 print(f"atoll: {line}", file=sys.stderr, flush=True)
-        archive.record_protections(run_id, _sandbox_protections(config))
-        if run["status"] == "completed" and done >= config.run.max_evals:  # nothing left: no Ray, no models
+        archive.record_protections(run_id, protections)
+        if finished:
             best = archive.best_program(run_id, "search")
-            note = _memory_checked(config, archive, run_id, run_dir, "completed").finish(
-                "completed", done, best and best["score"])  # what a library that was not written missed
+            try:  # what a library that was not written at the run's end missed (a full disk, a busy file)
+                note = _memory_checked(config, archive, run_id, run_dir, "completed").finish(
+                    "completed", done, best and best["score"])
+            except UserError as exc:  # nothing to resume either way: the library's trouble is a note here
+                note = f"library not updated ({exc})"
             if note:
                 console.print(f"[atoll] {note}", soft_wrap=True)
             console.print(f"atoll: {run_id} completed with its {done} of {config.run.max_evals} evaluations; nothing "
@@ -166,6 +173,18 @@ def _library_from_copy(config, source: Path, run_id: str) -> None:
         return
     console.print(f"atoll: this machine had no library: the library's copy {copy} (of {stamp(copy.stat().st_mtime)}), "
                   f"which knows this run, is now its library ({library})", soft_wrap=True)
+
+
+def _library_checked(config) -> None:
+    """A resume's library opens, or one line (memory.library a path it cannot use). Its warm start
+    is not planned again: the run's archive keeps the plan it began with."""
+    from controller.memory import open_library
+    from store.library import LibraryError
+
+    try:
+        open_library(config)
+    except LibraryError as exc:
+        raise UserError(str(exc)) from None
 
 
 def _backup_dir_checked(config) -> None:

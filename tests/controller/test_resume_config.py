@@ -157,3 +157,29 @@ def test_a_resume_cannot_drop_islands_and_a_refused_one_changes_nothing(tmp_path
         "a resume may add islands, never remove them (give at least 2)")
     run = _stored(run_dir)
     assert run["status"] == "interrupted" and run["config"]["islands"]["count"] == 2
+
+
+def test_a_resume_refused_for_its_library_keeps_the_stored_config(tmp_path):
+    """A `--set` the library cannot use is refused in one line before Ray starts, and none of the
+    resume's changes is stored (they were, before the refusal, so every later resume met it too)."""
+    from controller.config import validate
+    from evaluators.secrets import RunSecrets
+    from store.records import Candidate, EvalResult, Status
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    config = validate({"domain": {"name": "inventory"}, "run": {"max_evals": 8}}).model_dump(mode="json")
+    with DuckDBArchive(run_dir / "archive.duckdb") as archive:
+        archive.create_run("r1", config)
+        archive.save_secrets("r1", RunSecrets.fixed(0).to_record())
+        archive.record([(Candidate("p0", "r1", 0, 0, (), "x = 0", "seed", 0.0),
+                         EvalResult("p0", "search", Status.OK, score=-1.0))])
+        archive.set_run_status("r1", "interrupted", ended=True)
+    out = atoll(tmp_path, "resume", run_dir, "--set", "run.max_evals=10", "--set",
+                "memory.library=/proc/atoll/library.duckdb", timeout=60)
+    assert out.returncode == 2
+    assert _one_line(out.stderr).startswith("atoll: cannot create the library's folder /proc/atoll")
+    assert "atoll resuming" not in out.stdout
+    run = _stored(run_dir)
+    assert run["status"] == "interrupted" and run["config"]["run"]["max_evals"] == 8
+    assert run["config"]["memory"]["library"] == config["memory"]["library"]
