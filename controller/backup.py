@@ -44,9 +44,15 @@ SEARCH_COUNT = "SELECT count(*) FROM evaluations WHERE split = 'search'"
 class Backups:
     """When the loop backs the archive up, and the backing up itself."""
 
-    def __init__(self, every_s: float, archive, run_dir, notices: list, now: float, away: Away | None = None):
+    def __init__(self, every_s: float, archive, run_dir, notices: list, now: float, away: Away | None = None,
+                 since: float | None = None):
         self.every_s, self.archive, self.path, self.notices = every_s, archive, Path(run_dir) / BACKUP, notices
-        self.next_at = now + every_s if every_s else None
+        # due every_s after the last backup (its file's time), else after `since` (when the run's first session
+        # began, wall clock): across resumes, so a run whose every session is shorter than every_s (a preemptible
+        # machine, a driver killed again and again) is backed up too
+        last = self.path.stat().st_mtime if self.path.exists() else since
+        wait = every_s if last is None else min(every_s, max(0.0, every_s - (time.time() - last)))
+        self.next_at = now + wait if every_s else None
         self.failed = False
         self.away = away
         # a copy a killed driver left unfinished (this driver holds the archive: no other is making one)

@@ -205,8 +205,10 @@ class Search(EvaluatorPool, Outcomes, LostActors):
         if self.config.controller.backup_dir:
             away = Away(self.config.controller.backup_dir, self.run_id, self.archive.get_run(self.run_id)["started_at"],
                         (socket.gethostname(), os.getpid()), time.time())
+        first, = self.archive.con.execute("SELECT min(ts) FROM events WHERE run_id = ? AND kind = 'started'",
+                                          [self.run_id]).fetchone()  # the run's first session (None: this one)
         backups = Backups(self.config.controller.backup_every_s, self.archive, self.run_dir, self.notices,
-                          time.monotonic(), away)
+                          time.monotonic(), away, since=first)
         drain_until = None
         status = "completed"
         try:

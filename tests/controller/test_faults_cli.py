@@ -325,6 +325,27 @@ def test_a_damaged_archive_is_resumed_from_its_backup_which_keeps_the_damaged_fi
         f"(archive.backup.duckdb): atoll resume {lost} --from-backup")
 
 
+@pytest.mark.timeout(600)  # two runs' Ray starts on a busy 2-core machine
+def test_a_run_whose_sessions_are_all_shorter_than_the_backup_interval_is_backed_up(tmp_path):
+    """A preemptible machine: every session ends before controller.backup_every_s. The interval counts
+    from the run's first session (or its last backup), so the resume backs it up at its first commit;
+    it counted from each driver's start, and such a run never had a backup, here or in backup_dir."""
+    from store.duckdb_archive import DuckDBArchive
+
+    run_dir = tmp_path / "run"
+    first = atoll(tmp_path, "run", CONFIG, "--run-dir", run_dir, "--max-evals", 2, "--no-report", *TINY,
+                  "--set", "controller.backup_every_s=3600")
+    assert first.returncode == 0, first.stderr
+    assert not (run_dir / "archive.backup.duckdb").exists()
+    with DuckDBArchive(run_dir / "archive.duckdb") as archive:  # that session began two hours ago
+        archive.con.execute("UPDATE events SET ts = ts - 7200 WHERE kind = 'started'")
+    resumed = atoll(tmp_path, "resume", run_dir, "--set", "run.max_evals=3", "--no-report")
+    assert resumed.returncode == 0, resumed.stderr
+    assert committed_ids(run_dir, "archive.backup.duckdb")
+    _, rows, _ = run_query(run_dir, "SELECT count(*) FROM events WHERE kind = 'archive-backed-up'")
+    assert rows[0][0] >= 1
+
+
 def test_a_backup_of_another_run_never_replaces_a_run_whose_archive_reads(tmp_path):
     """The wrong file given at 3 a.m.: `resume DIR --from-backup FILE` where FILE holds another run and
     DIR's archive is whole is refused, DIR untouched; that run goes on in a folder of its own."""

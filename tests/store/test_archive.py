@@ -471,6 +471,27 @@ def test_a_hung_backup_dir_holds_up_its_copy_and_never_the_backups_or_the_runs_e
         assert data["away"] == str(away / "r1.duckdb") and _search_ids(away / "r1.duckdb") == {"a", "b"}
 
 
+def test_backups_are_due_every_interval_across_resumes_not_from_each_drivers_start(archive, tmp_path):
+    """A run whose every session is shorter than controller.backup_every_s (a preemptible machine, a
+    driver killed again and again) is backed up too: the interval counts from the last backup, or from
+    the run's first session when it has none (it counted from each driver's start: no backup, ever)."""
+    archive.record([(cand("a"), ok("a", -1.0))])
+    hour, now = 3600.0, time.time()
+    fresh = Backups(hour, archive, tmp_path, [], now=0.0)  # a new run
+    assert not fresh.due(hour - 1) and fresh.due(hour)
+    began_earlier = Backups(hour, archive, tmp_path, [], now=0.0, since=now - 600)  # its first session, 10 min ago
+    assert not began_earlier.due(hour - 610) and began_earlier.due(hour - 590)
+    assert Backups(hour, archive, tmp_path, [], now=0.0, since=now - 2 * hour).due(0.0)  # never backed up in 2 h
+    backup = tmp_path / "archive.backup.duckdb"
+    assert Backups(hour, archive, tmp_path, [], now=0.0, since=now - 2 * hour).make(1)[0] == "archive-backed-up"
+    os.utime(backup, (now - 600, now - 600))  # the last backup, 10 min ago: it counts, not the run's start
+    last = Backups(hour, archive, tmp_path, [], now=0.0, since=now - 2 * hour)
+    assert not last.due(hour - 610) and last.due(hour - 590)
+    os.utime(backup, (now - 2 * hour, now - 2 * hour))
+    assert Backups(hour, archive, tmp_path, [], now=0.0).due(0.0)
+    assert Backups(0.0, archive, tmp_path, [], now=0.0, since=now - 2 * hour).due(1e9) is False  # off
+
+
 def test_a_backup_holds_what_was_committed_while_a_live_read_is_open_and_a_full_disk_keeps_the_last(tmp_path):
     """The backup (controller.backup) is a whole archive of the commits so far, the log folded in;
     a copy that cannot be written (a real full tmpfs) leaves the last backup as it was, and no part file."""
@@ -512,7 +533,7 @@ def test_a_backup_holds_what_was_committed_while_a_live_read_is_open_and_a_full_
             (disk / "archive.backup.duckdb.tmp").write_bytes(b"\0" * 1000)  # a killed driver's unfinished copy
             backups = Backups(60.0, archive, disk, notices, now=0.0)
             assert not (disk / "archive.backup.duckdb.tmp").exists()
-            assert not backups.due(59.0) and backups.due(60.0)
+            assert backups.due(60.0)  # 60 s after the backup there was made (seconds ago)
             assert [backups.make(5)[0], backups.make(5)[0]] == ["backup-failed", "backup-failed"]
             assert len(notices) == 1 and "the archive's backup could not be written" in notices[0]
             # refused before the copy begins, leaving the disk room for the run's own commits
