@@ -60,8 +60,8 @@ def connect_library(library: Library, busy_s: float = 30.0) -> tuple[duckdb.Duck
                 with attempt:
                     con.execute("ATTACH ? AS library (READ_ONLY)", [str(library.path)])
         else:
-            _blank_library(con)
-        _blank_tables(con)
+            _blank(con, "library", library_migrations)
+        _blank(con, "blank", archive_migrations)
         for name in LIBRARY_VIEWS:
             con.execute(f"CREATE TEMP VIEW {name} AS SELECT * FROM library.{name}")
         run_dirs = [d for (d,) in con.execute("SELECT DISTINCT run_dir FROM library.runs ORDER BY 1").fetchall()]
@@ -135,20 +135,13 @@ def _load_live(con, alias: str, run_dir: Path) -> None:
             con.unregister("live_rows")
 
 
-def _blank_library(con) -> None:
-    """An empty library in memory, for a library file that does not exist yet (a run creates it)."""
-    con.execute("ATTACH ':memory:' AS library")
-    con.execute("USE library")
-    for _, _, sql in library_migrations():
-        con.execute(sql)
-    con.execute("USE memory.main")
-
-
-def _blank_tables(con) -> None:
-    """Empty copies of the archive's tables, so the views have every column with no run at all."""
-    con.execute("CREATE SCHEMA blank")
-    con.execute("USE memory.blank")
-    for _, _, sql in archive_migrations():
+def _blank(con, where: str, migrations) -> None:
+    """Empty tables made by `migrations` in `where` (made here first), then back to memory.main: the
+    library's, for a library file that does not exist yet (a run creates it), and the archive's, so
+    the views have every column with no run at all."""
+    con.execute(f"ATTACH ':memory:' AS {where}" if where == "library" else f"CREATE SCHEMA {where}")
+    con.execute(f"USE {where}" if where == "library" else f"USE memory.{where}")
+    for _, _, sql in migrations():
         con.execute(sql)
     con.execute("USE memory.main")
 

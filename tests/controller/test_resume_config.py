@@ -3,6 +3,7 @@ restoring a run and its data elsewhere), and budgets no lower than the work alre
 The real CLI in subprocesses, real DuckDB (and Ray for the run that makes the archive)."""
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -107,22 +108,31 @@ def test_a_resume_takes_moved_data_by_its_content_and_no_other_change_of_it(tmp_
         resumed_config(config.model_dump(mode="json"), [], 3)
 
 
-def test_a_resume_cannot_lower_the_evaluations_below_those_done(tmp_path):
-    """As `atoll set` on a live run: one line, exit 2, nothing changed (it was accepted, printed
-    '4/2 evaluations done' and ended the run as completed at once)."""
+def _interrupted_run(tmp_path, programs: int, islands: int = 1) -> tuple[Path, dict]:
+    """A run directory whose archive holds `programs` scored programs on `islands` islands and a run
+    stopped before its 8 evaluations; (the directory, the stored config)."""
     from controller.config import validate
     from evaluators.secrets import RunSecrets
     from store.records import Candidate, EvalResult, Status
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    config = validate({"domain": {"name": "inventory"}, "run": {"max_evals": 8}}).model_dump(mode="json")
+    config = validate({"domain": {"name": "inventory"}, "run": {"max_evals": 8},
+                       "islands": {"count": islands}}).model_dump(mode="json")
     with DuckDBArchive(run_dir / "archive.duckdb") as archive:
         archive.create_run("r1", config)
         archive.save_secrets("r1", RunSecrets.fixed(0).to_record())
-        archive.record([(Candidate(f"p{i}", "r1", 0, i, ("p0",) if i else (), f"x = {i}", "seed", 0.0),
-                         EvalResult(f"p{i}", "search", Status.OK, score=-1.0)) for i in range(4)])
+        archive.record([(Candidate(f"p{i}", "r1", i % islands, i, ("p0",) if i else (), f"x = {i}",
+                                   "embedded:tweak" if i else "seed", 0.0),
+                         EvalResult(f"p{i}", "search", Status.OK, score=-1.0)) for i in range(programs)])
         archive.set_run_status("r1", "interrupted", ended=True)
+    return run_dir, config
+
+
+def test_a_resume_cannot_lower_the_evaluations_below_those_done(tmp_path):
+    """As `atoll set` on a live run: one line, exit 2, nothing changed (it was accepted, printed
+    '4/2 evaluations done' and ended the run as completed at once)."""
+    run_dir, _ = _interrupted_run(tmp_path, 4)
     out = atoll(tmp_path, "resume", run_dir, "--set", "run.max_evals=2", timeout=60)
     assert out.returncode == 2
     assert _one_line(out.stderr) == ("atoll: run.max_evals: 2 is below the 4 evaluations finished or under way; "
@@ -135,21 +145,7 @@ def test_a_resume_cannot_drop_islands_and_a_refused_one_changes_nothing(tmp_path
     """Fewer islands than the run's programs were made on: one line, exit 2, the stored config
     unchanged (it raised a traceback rebuilding the islands, and had stored the change first, so
     a plain `atoll resume` raised it too and the run could not be continued)."""
-    from controller.config import validate
-    from evaluators.secrets import RunSecrets
-    from store.records import Candidate, EvalResult, Status
-
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    config = validate({"domain": {"name": "inventory"}, "run": {"max_evals": 8},
-                       "islands": {"count": 2}}).model_dump(mode="json")
-    with DuckDBArchive(run_dir / "archive.duckdb") as archive:
-        archive.create_run("r1", config)
-        archive.save_secrets("r1", RunSecrets.fixed(0).to_record())
-        archive.record([(Candidate(f"p{i}", "r1", i % 2, i, ("p0",) if i else (), f"x = {i}",
-                                   "embedded:tweak" if i else "seed", 0.0),
-                         EvalResult(f"p{i}", "search", Status.OK, score=-1.0)) for i in range(4)])
-        archive.set_run_status("r1", "interrupted", ended=True)
+    run_dir, _ = _interrupted_run(tmp_path, 4, islands=2)
     out = atoll(tmp_path, "resume", run_dir, "--set", "islands.count=1", timeout=60)
     assert out.returncode == 2
     assert _one_line(out.stderr) == (
@@ -162,19 +158,7 @@ def test_a_resume_cannot_drop_islands_and_a_refused_one_changes_nothing(tmp_path
 def test_a_resume_refused_for_its_library_keeps_the_stored_config(tmp_path):
     """A `--set` the library cannot use is refused in one line before Ray starts, and none of the
     resume's changes is stored (they were, before the refusal, so every later resume met it too)."""
-    from controller.config import validate
-    from evaluators.secrets import RunSecrets
-    from store.records import Candidate, EvalResult, Status
-
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    config = validate({"domain": {"name": "inventory"}, "run": {"max_evals": 8}}).model_dump(mode="json")
-    with DuckDBArchive(run_dir / "archive.duckdb") as archive:
-        archive.create_run("r1", config)
-        archive.save_secrets("r1", RunSecrets.fixed(0).to_record())
-        archive.record([(Candidate("p0", "r1", 0, 0, (), "x = 0", "seed", 0.0),
-                         EvalResult("p0", "search", Status.OK, score=-1.0))])
-        archive.set_run_status("r1", "interrupted", ended=True)
+    run_dir, config = _interrupted_run(tmp_path, 1)
     out = atoll(tmp_path, "resume", run_dir, "--set", "run.max_evals=10", "--set",
                 "memory.library=/proc/atoll/library.duckdb", timeout=60)
     assert out.returncode == 2
