@@ -139,8 +139,11 @@ class Library:
             return ""
         made = time.strftime("%Y-%m-%d %H:%M", time.localtime(target.stat().st_mtime))
         here, aside, there = (shlex.quote(str(p)) for p in (self.path, f"{self.path}.damaged", target))
-        return (f". Its backup of {made} is {target}: to go back to it, move the damaged file aside and copy the "
-                f"backup in its place (mv {here} {aside} && cp {there} {here})")
+        log = Path(f"{self.path}.wal")  # a write-ahead log the damaged file left: DuckDB would replay it onto the backup
+        logs = (f" and its log ({log.name})", f" && mv {shlex.quote(str(log))} {shlex.quote(f'{self.path}.damaged.wal')}"
+                ) if log.exists() else ("", "")
+        return (f". Its backup of {made} is {target}: to go back to it, move the damaged file{logs[0]} aside and copy "
+                f"the backup in its place (mv {here} {aside}{logs[1]} && cp {there} {here})")
 
     def _retried(self, once: Callable[[], T], busy_timeout_s: float | None = None) -> T:
         """`once()`, retried while another process holds the file (for `busy_timeout_s`, default the

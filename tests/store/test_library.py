@@ -231,6 +231,32 @@ def test_a_backup_is_made_at_most_hourly_and_a_damaged_library_says_how_to_go_ba
     assert {s["skill_id"] for s in lib.transaction(lambda con: records.skills(con))} == {"sk-1", "sk-2"}
 
 
+def test_the_way_back_to_the_backup_moves_the_damaged_files_log_aside_too(tmp_path):
+    """A writer killed mid-run leaves the library's write-ahead log beside it; followed as it was, the
+    way back put the backup under that log, and DuckDB replayed the damaged file's later writes onto it."""
+    path = tmp_path / "library.duckdb"
+    lib = Library(path)
+    lib.transaction(lambda con: records.add_skills(con, [_skill("sk-1", "r1", "c1")]))
+    assert lib.back_up() is True
+    killed = subprocess.run([sys.executable, "-c", f"""
+import os, duckdb
+con = duckdb.connect({str(path)!r})
+con.execute("SET checkpoint_threshold = '1TB'")  # the write stays in the log, as a killed writer leaves it
+con.execute("UPDATE skills SET title = 'written after the backup'")
+os._exit(9)  # no checkpoint, no close
+"""], check=False)
+    assert killed.returncode == 9 and Path(f"{path}.wal").exists()
+    path.write_bytes(path.read_bytes()[:5000])  # and then a disk error in the file itself
+    with pytest.raises(LibraryError) as err:
+        lib.ensure()
+    way_back = (f"mv {path} {path}.damaged && mv {path}.wal {path}.damaged.wal && cp {lib.backup_path} {path}")
+    assert "move the damaged file and its log (library.duckdb.wal) aside" in str(err.value), str(err.value)
+    assert way_back in str(err.value), str(err.value)
+    subprocess.run(way_back, shell=True, check=True)
+    titles = lib.transaction(lambda con: con.execute("SELECT skill_id, title FROM skills").fetchall())
+    assert titles == [("sk-1", _skill("sk-1", "r1", "c1")["title"])]  # the backup as it was made
+
+
 def _with_run(lib: Library, run: str) -> None:
     lib.transaction(lambda con: records.upsert_run(con, {"run_id": run, "run_dir": "/runs/" + run, "domain": "inventory",
                                                          "fingerprint": "fp", "config": {}, "status": "running",
