@@ -372,12 +372,17 @@ def offer(run_dir) -> str:
             f"atoll resume {run_dir} --from-backup")
 
 
-def _run_of(archive: Path) -> str | None:
-    """The run an archive holds, or None when it does not read (damaged: what a restore is for)."""
+def _run_of(archive: Path, run_dir: Path) -> str | None:
+    """The run an archive holds, or None when it does not read (damaged: what a restore is for); one a
+    live driver holds is refused (its lock comes before any read of the file, damaged or not)."""
+    from store.readonly import is_lock_error
+
     try:
         with DuckDBArchive(archive, read_only=True) as held:
             return held.latest_run_id()
-    except Exception:  # noqa: BLE001  any failure to read it leaves the restore to go ahead, as before
+    except Exception as exc:  # noqa: BLE001  any other failure to read it leaves the restore to go ahead
+        if is_lock_error(exc):
+            raise in_use(run_dir, str(exc)) from None
         return None
 
 
@@ -387,8 +392,6 @@ def restore(run_dir: Path, source: Path | None = None) -> str:
     archive it replaces under a name of its own; the line that says what was done. Nothing is
     moved unless the backup reads whole and no live driver holds the archive. A `source` may go
     to a run directory that is not there yet: it is made."""
-    from store.readonly import is_lock_error
-
     backup, archive = source or run_dir / BACKUP, run_dir / ARCHIVE
     made = False  # the run directory, made here: removed again when nothing is restored into it
     if source is not None:
@@ -402,14 +405,7 @@ def restore(run_dir: Path, source: Path | None = None) -> str:
         raise UserError(f"{run_dir} holds no backup ({BACKUP}): a run makes one every controller.backup_every_s "
                         "(1800 s by default) once it has run that long; a backup kept elsewhere (its copy in "
                         "controller.backup_dir) is given as --from-backup FILE")
-    current = None  # the run the archive holds, where it reads
-    if archive.exists():
-        try:  # a live driver's lock comes before any read of the file, damaged or not
-            duckdb.connect(str(archive), read_only=True).close()
-        except Exception as exc:  # noqa: BLE001  only the lock matters here: the archive may well be damaged
-            if is_lock_error(exc):
-                raise in_use(run_dir, str(exc)) from None
-        current = _run_of(archive)
+    current = _run_of(archive, run_dir) if archive.exists() else None  # the run the archive holds, where it reads
     staged = run_dir / f".{ARCHIVE}.{os.getpid()}.restoring"
     kept = None
     try:

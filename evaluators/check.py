@@ -171,17 +171,17 @@ class Checker:
         # a seed that is the domain's yardstick (inventory's base-stock) scores alike on every instance: the
         # baselines that scored everywhere tell the splits apart too
         others = [r for r in self.baselines.values() if all(r[split].status == Status.OK for split in SPLITS)]
-        same = [(a, b) for a, b in combinations(SPLITS, 2)
-                if all(_same_start(p[a], p[b]) for p in (results, *others))]
+        alike = [(a, b) for a, b in combinations(SPLITS, 2) if _same_start(results[a], results[b])]
+        same = [(a, b) for a, b in alike if all(_same_start(r[a], r[b]) for r in others)]
         if same:
             a, b = same[0]
             also = ", and so does every baseline" if others else ""
             return Check(name, False, f"the seed program scores the same on {a} and {b}, instance by instance "
                                       f"(on the instances both have){also}: build each split's instances from the "
                                       "rng that instances() receives")
-        alike = [f"{a} and {b}" for a, b in combinations(SPLITS, 2) if _same_start(results[a], results[b])]
         if alike:
-            return Check(name, True, f"the seed's per-instance scores are alike on {', '.join(alike)} (the scores' "
+            pairs = ", ".join(f"{a} and {b}" for a, b in alike)
+            return Check(name, True, f"the seed's per-instance scores are alike on {pairs} (the scores' "
                                      "yardstick, say), a baseline's differ")
         return Check(name, True, "the seed's per-instance scores differ between " + ", ".join(SPLITS))
 

@@ -52,16 +52,20 @@ def _retrying(seconds: float) -> Retrying:
 def connect_library(library: Library, busy_s: float = 30.0) -> tuple[duckdb.DuckDBPyConnection, list[str]]:
     """An in-memory connection with the library and every known archive attached read-only,
     the cross-run views made, and then locked down; returns it and the notes."""
-    library.read(lambda con: None)  # one clear error if damaged or newer; never created if missing
+    there = library.path.exists()  # a missing library is read as empty, never created
+    if there:
+        library.read(lambda con: None)  # one clear error if damaged or newer
     con = duckdb.connect(":memory:", config=_CONFIG)
     try:
-        if library.path.exists():
+        if there:
             for attempt in _retrying(busy_s):
                 with attempt:
                     con.execute("ATTACH ? AS library (READ_ONLY)", [str(library.path)])
         else:
-            _blank(con, "library", library_migrations)
-        _blank(con, "blank", archive_migrations)
+            con.execute("ATTACH ':memory:' AS library")
+            _tables(con, "library", library_migrations)
+        con.execute("CREATE SCHEMA blank")  # empty copies of the archive's tables: the views have every column
+        _tables(con, "memory.blank", archive_migrations)  # with no run at all
         for name in LIBRARY_VIEWS:
             con.execute(f"CREATE TEMP VIEW {name} AS SELECT * FROM library.{name}")
         run_dirs = [d for (d,) in con.execute("SELECT DISTINCT run_dir FROM library.runs ORDER BY 1").fetchall()]
@@ -135,12 +139,9 @@ def _load_live(con, alias: str, run_dir: Path) -> None:
             con.unregister("live_rows")
 
 
-def _blank(con, where: str, migrations) -> None:
-    """Empty tables made by `migrations` in `where` (made here first), then back to memory.main: the
-    library's, for a library file that does not exist yet (a run creates it), and the archive's, so
-    the views have every column with no run at all."""
-    con.execute(f"ATTACH ':memory:' AS {where}" if where == "library" else f"CREATE SCHEMA {where}")
-    con.execute(f"USE {where}" if where == "library" else f"USE memory.{where}")
+def _tables(con, where: str, migrations) -> None:
+    """The empty tables `migrations` make, made in `where` (a database or schema), then back to memory.main."""
+    con.execute(f"USE {where}")
     for _, _, sql in migrations():
         con.execute(sql)
     con.execute("USE memory.main")
