@@ -18,6 +18,7 @@ import pytest
 from store.query import QueryError, run_query
 from tests.controller.runs import (CONFIG, TINY, atoll, committed_ids, counts, kill_group, proposed_texts, start,
                                    tiny_domain, wait_for_evaluations)
+from tests.disks import small_disk
 
 ONE_ACTOR = [*TINY, "--set", "evaluator.actors=1"]
 
@@ -87,13 +88,7 @@ def _fill(disk) -> object:
 @pytest.mark.timeout(600)  # minutes on a busy 2-core machine
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs for the run directory needs root")
 def test_a_full_disk_stops_the_run_cleanly_and_resume_finishes_once_space_is_free(tmp_path):
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(disk)], capture_output=True,
-                             text=True)
-    # root here (skipif above), and the suite's own `unshare -n` needs CAP_SYS_ADMIN too: a failed mount is a failure
-    assert mounted.returncode == 0, f"cannot mount a tmpfs here: {mounted.stderr.strip()}"
-    try:
+    with small_disk(tmp_path / "disk", "48m") as disk:
         run_dir = disk / "run"
         proc = start(tmp_path, "run", CONFIG, "--run-dir", run_dir, "--max-evals", 14, "--no-report", *TINY)
         try:
@@ -114,8 +109,6 @@ def test_a_full_disk_stops_the_run_cleanly_and_resume_finishes_once_space_is_fre
         done = atoll(tmp_path, "resume", run_dir, "--no-report")
         assert done.returncode == 0, done.stderr
         assert counts(run_dir) == (14, 14) and kept <= committed_ids(run_dir)
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
 def _kill_at_a_random_moment(proc, run_dir, rng, done_before: int, first: bool = False) -> str | None:

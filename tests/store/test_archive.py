@@ -13,6 +13,7 @@ import pytest
 from controller.backup import Away, Backups, stamp
 from store.duckdb_archive import ArchiveDamaged, DuckDBArchive, migrations
 from store.records import Candidate, EvalResult, Status
+from tests.disks import small_disk
 
 
 def cand(pid, parents=(), island=0, gen=1, mutator="embedded:perturb_const", run="r1", code=None):
@@ -495,15 +496,7 @@ def test_backups_are_due_every_interval_across_resumes_not_from_each_drivers_sta
 def test_a_backup_holds_what_was_committed_while_a_live_read_is_open_and_a_full_disk_keeps_the_last(tmp_path):
     """The backup (controller.backup) is a whole archive of the commits so far, the log folded in;
     a copy that cannot be written (a real full tmpfs) leaves the last backup as it was, and no part file."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(disk)], capture_output=True,
-                             text=True, check=False)
-    if mounted.returncode != 0 and os.geteuid() != 0:
-        pytest.skip(f"mounting a tmpfs needs root: {mounted.stderr.strip()}")
-    # as root (the suite's own `unshare -n` needs CAP_SYS_ADMIN too) a failed mount is a failure, not a skip
-    assert mounted.returncode == 0, f"cannot mount a tmpfs here: {mounted.stderr.strip()}"
-    try:
+    with small_disk(tmp_path / "disk", "3m") as disk:
         target = disk / "archive.backup.duckdb"
         with DuckDBArchive(tmp_path / "archive.duckdb") as archive:
             archive.create_run("r1", {})
@@ -566,5 +559,3 @@ def test_a_backup_holds_what_was_committed_while_a_live_read_is_open_and_a_full_
             assert backups.make(2021)[0] == "backup-failed"
         assert "atoll: the archive reads as damaged (" in notices[2], notices[2]
         assert f"the last backup ({target}, of " in notices[2] and "resume with --from-backup" in notices[2]
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)

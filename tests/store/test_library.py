@@ -12,7 +12,14 @@ import duckdb
 import pytest
 
 from store import library_records as records
-from store.library import Library, LibraryBusy, LibraryError, default_path, latest_version
+from store.library import (
+    Library,
+    LibraryBusy,
+    LibraryError,
+    default_path,
+    latest_version,
+)
+from tests.disks import small_disk
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -116,14 +123,7 @@ def test_two_processes_writing_at_once_both_succeed_and_lose_nothing(tmp_path):
 
 
 def test_a_library_on_a_full_disk_says_so_in_one_line_and_takes_the_write_once_there_is_room(tmp_path):
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], capture_output=True,
-                             text=True, check=False)
-    if mounted.returncode != 0 and os.geteuid() != 0:
-        pytest.skip(f"mounting a tmpfs needs root: {mounted.stderr.strip()}")
-    assert mounted.returncode == 0, f"cannot mount a tmpfs here: {mounted.stderr.strip()}"
-    try:
+    with small_disk(tmp_path / "disk", "2m") as disk:
         library = Library(disk / "library.duckdb")
         library.transaction(lambda con: records.add_skills(con, [_skill("sk-1", "r1", "c1")]))
         filler = disk / "filler"
@@ -141,8 +141,6 @@ def test_a_library_on_a_full_disk_says_so_in_one_line_and_takes_the_write_once_t
         library.transaction(lambda con: records.add_skill_uses(con, uses))
         [skill] = library.transaction(lambda con: records.skills(con, "inventory"))
         assert (skill["uses"], skill["successes"]) == (2000, 1000)
-    finally:
-        subprocess.run(["umount", str(disk)], check=True)
 
 
 def test_a_busy_library_is_waited_for_then_reported(tmp_path):
