@@ -25,6 +25,7 @@ import os
 import queue
 import re
 import shutil
+import signal
 import socket
 import sys
 import threading
@@ -34,7 +35,7 @@ from pathlib import Path
 import duckdb
 
 from controller.cli import UserError
-from controller.rundir import ARCHIVE, BACKUP, check_can_make, in_use
+from controller.rundir import ARCHIVE, BACKUP, alive, check_can_make, in_use
 from store.duckdb_archive import ArchiveDamaged, DuckDBArchive, copy_whole, flush_dir
 from store.readonly import first_line
 
@@ -406,6 +407,7 @@ def restore(run_dir: Path, source: Path | None = None) -> str:
                         "(1800 s by default) once it has run that long; a backup kept elsewhere (its copy in "
                         "controller.backup_dir) is given as --from-backup FILE")
     current = _run_of(archive, run_dir) if archive.exists() else None  # the run the archive holds, where it reads
+    _remove_abandoned(run_dir)
     staged = run_dir / f".{ARCHIVE}.{os.getpid()}.restoring"
     kept = None
     try:
@@ -430,11 +432,7 @@ def restore(run_dir: Path, source: Path | None = None) -> str:
                             f"atoll resume NEWDIR --from-backup {backup}")
         if archive.exists():
             kept = run_dir / f"archive.replaced-{time.strftime('%Y%m%d-%H%M%S')}.duckdb"
-            os.replace(archive, kept)
-            wal = archive.with_name(archive.name + ".wal")
-            if wal.exists():
-                os.replace(wal, kept.with_name(kept.name + ".wal"))
-        os.replace(staged, archive)
+        _swap(archive, staged, kept)
     finally:
         staged.unlink(missing_ok=True)
     flush_dir(run_dir)
@@ -442,3 +440,39 @@ def restore(run_dir: Path, source: Path | None = None) -> str:
     which = f"the backup {source}" if source is not None else "its backup"
     return (f"atoll: the archive is now {which} of {when(backup)} ({done} search evaluations committed then; what "
             f"was committed after it is not in it{after})" + (f"; the archive it replaced is kept as {kept}" if kept else ""))
+
+
+def _swap(archive: Path, staged: Path, kept: Path | None) -> None:
+    """Put `staged` in `archive`'s place, the archive there first kept as `kept` with its log, such that
+    the run directory holds an archive at every moment: the kept name is a second link to the file, and
+    the backup takes the archive's name in one rename. Ctrl-C and a stop signal wait until it is done; a
+    kill between the rename and the removal of the replaced file's log leaves a log DuckDB refuses as
+    another file's (a damaged archive, which the same restore mends), never one replayed onto the
+    backup. Where the file system makes no links, the archive is renamed aside first."""
+    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        wal = archive.with_name(archive.name + ".wal")
+        if kept is not None:
+            try:
+                os.link(archive, kept)
+                if wal.exists():
+                    os.link(wal, kept.with_name(kept.name + ".wal"))
+            except OSError as exc:
+                if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+                    raise
+                os.replace(archive, kept)
+                if wal.exists():
+                    os.replace(wal, kept.with_name(kept.name + ".wal"))
+        os.replace(staged, archive)
+        wal.unlink(missing_ok=True)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def _remove_abandoned(run_dir: Path) -> None:
+    """Copies that restores killed mid-way were still staging (their process gone)."""
+    for path in run_dir.glob(f".{ARCHIVE}.*.restoring*"):
+        pid = path.name.split(".")[3]
+        if pid.isdigit() and not alive(int(pid)):
+            path.unlink(missing_ok=True)
