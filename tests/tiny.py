@@ -5,9 +5,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# held-out tuning as short as the search's: the tests check what a report holds, not how well it tunes
+# held-out tuning as short as the search's: the tests check what a report holds, not how well it tunes.
+# Every trial of a study in one round: each round is a period-by-period exchange with the candidate's
+# process, so an evaluation in two rounds of 4 took twice as long as one round of 8
 TINY_INVENTORY = {"search_periods": 300, "heldout_periods": 300, "warmup": 50, "search_trajectories": 2,
-                  "heldout_trajectories": 2, "tune_trials": 8, "tune_batch": 4, "heldout_tune_trials": 8}
+                  "heldout_trajectories": 2, "tune_trials": 8, "tune_batch": 8, "heldout_tune_trials": 8}
 
 
 def llm_config(path: Path, model: str, max_evals: int, max_wall_s: int = 200, run: str = "", more: str = "",

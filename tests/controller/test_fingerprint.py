@@ -10,7 +10,6 @@ from controller.fingerprint import fingerprint
 from controller.warm_start import plan_warm_start
 from store import library_records as records
 from store.library import Library
-from tests.tiny import TINY_INVENTORY
 from tests.userdata_files import INVENTORY, write_demand
 
 
@@ -18,7 +17,9 @@ def test_a_fingerprint_without_a_data_option_is_the_one_libraries_already_hold()
     """Values the code before content fingerprints gave: libraries hold them, so they never change."""
     assert {name: fingerprint(name, {}) for name in ("inventory", "trading", "milp", "control")} == {
         "inventory": "f0ed6b391298", "trading": "37bb70712dca", "milp": "7d7ad5a5f914", "control": "fe1c4fa589d4"}
-    assert fingerprint("inventory", dict(TINY_INVENTORY)) == "c5150cf28e68"
+    tiny_then = {"search_periods": 300, "heldout_periods": 300, "warmup": 50, "search_trajectories": 2,
+                 "heldout_trajectories": 2, "tune_trials": 8, "tune_batch": 4, "heldout_tune_trials": 8}
+    assert fingerprint("inventory", tiny_then) == "c5150cf28e68"
     # an option of the held-out measurement alone (added later) changes no key
     assert fingerprint("inventory", {"heldout_tune_trials": 256}) == "f0ed6b391298"
 
