@@ -242,6 +242,16 @@ def metric_lines(metrics: dict) -> list[str]:
     return lines
 
 
+def _heldout_text(status: str | None, score: float | None, error: str | None) -> str:
+    """The best's held-out score, or why there is none (an evaluation that did not end OK is no 'not yet')."""
+    if status is None:
+        return "not evaluated yet"
+    if status != "OK":
+        lines = (error or "").strip().splitlines()
+        return f"none: {status}" + (f" ({lines[-1][:200]})" if lines else "")
+    return f"{score:.5g}"
+
+
 def _inline(value) -> str:
     if isinstance(value, float):
         return f"{value:.5g}"
@@ -254,19 +264,24 @@ def _inline(value) -> str:
 
 
 def cmd_best(args) -> int:
+    """The best program as the held-out report picks it (`DuckDBArchive.best_program`: ties go to the
+    shorter code, then the earlier), with its held-out result, or what became of it."""
     run_dir = Path(args.run_dir)
     cols, rows, note = query_run(run_dir, (
-        "SELECT p.program_id, p.code, s.score, h.score AS heldout_score, h.metrics AS heldout_metrics "
+        "SELECT p.program_id, p.code, s.score, h.status, h.score AS heldout_score, h.error, "
+        "h.metrics AS heldout_metrics "
         "FROM programs p JOIN evaluations s ON s.program_id = p.program_id AND s.split = 'search' "
         "LEFT JOIN evaluations h ON h.program_id = p.program_id AND h.split = 'heldout' "
-        "WHERE s.status = 'OK' AND p.mutator NOT LIKE 'baseline:%' ORDER BY s.score DESC LIMIT 1"))
+        "WHERE s.status = 'OK' AND p.mutator NOT LIKE 'baseline:%' ORDER BY s.score DESC, length(p.code), p.seq "
+        "LIMIT 1"))
     if not rows:
         raise UserError(f"{run_dir} has no successfully evaluated program yet")
-    pid, code, score, heldout, metrics = rows[0]
+    pid, code, score, status, heldout, error, metrics = rows[0]
+    again = f"; to score it again: atoll report {shlex.quote(str(run_dir))} --again" if status not in (None, "OK") else ""
     console.print(f"best program {pid}: search score {score:.5g}, held-out score "
-                  + ("not evaluated yet" if heldout is None else f"{heldout:.5g}"))
+                  f"{_heldout_text(status, heldout, error)}{again}", soft_wrap=True)
     print(visible(code))
-    if metrics:
+    if metrics and json.loads(metrics):
         print(f"held-out metrics (whole: atoll query {shlex.quote(str(run_dir))} \"SELECT metrics FROM evaluations "
               f"WHERE split = 'heldout' AND program_id = '{pid}'\"):")
         for line in metric_lines(json.loads(metrics)):

@@ -55,3 +55,43 @@ def test_a_held_out_row_that_timed_out_is_named_and_report_again_scores_it_under
     assert "[atoll] held-out: scoring again what did not end OK: " in again.stdout and "(TIMEOUT)" in again.stdout
     assert "did not end OK" not in again.stdout.replace("scoring again what did not end OK", "")
     assert dict(run_query(run_dir, baselines)[1]) == {"OK": 4}
+
+
+def _tied_run(run_dir, heldout: EvalResult | None = None) -> str:
+    """A run whose three best programs tie on the search score, the shortest stored last; the id of
+    the one the held-out report picks as its evolved best."""
+    codes = {"long": "def policy(s, p):\n    return 1.0  # the same policy, a longer text\n",
+             "mid": "def policy(s, p):\n    return 1.00\n", "short": "def policy(s, p):\n    return 1\n"}
+    run_dir.mkdir()
+    with DuckDBArchive(run_dir / "archive.duckdb") as archive:
+        archive.create_run("r1", {"run": {"name": "t"}}, "")
+        for pid, code in codes.items():
+            archive.record([(Candidate(pid, "r1", 0, 1, (), code, "embedded:perturb_const", time.time()),
+                             EvalResult(pid, "search", Status.OK, score=2.0))])
+        if heldout is not None:
+            archive.record_evaluations([heldout], "r1")
+        return archive.best_program("r1")["program_id"]
+
+
+def test_atoll_best_names_the_program_the_held_out_report_picks_when_scores_tie(tmp_path):
+    """Programs tied on the search score: `atoll best` shows the one the report scores (the shorter
+    code), not whichever the sort meets first."""
+    from tests.controller.runs import atoll
+
+    picked = _tied_run(tmp_path / "run")
+    out = atoll(tmp_path, "best", tmp_path / "run")
+    assert out.returncode == 0, out.stderr
+    assert picked == "short" and out.stdout.startswith("best program short: search score 2,"), out.stdout
+
+
+def test_atoll_best_says_a_held_out_evaluation_that_timed_out_is_not_a_score_still_to_come(tmp_path):
+    from tests.controller.runs import atoll
+
+    _tied_run(tmp_path / "run", EvalResult("short", "heldout", Status.TIMEOUT,
+                                           error="wall-clock limit of 0.05 s exceeded"))
+    out = atoll(tmp_path, "best", tmp_path / "run")
+    assert out.returncode == 0, out.stderr
+    first = out.stdout.splitlines()[0]
+    assert first == (f"best program short: search score 2, held-out score none: TIMEOUT (wall-clock limit of 0.05 s "
+                     f"exceeded); to score it again: atoll report {tmp_path / 'run'} --again"), first
+    assert "held-out metrics" not in out.stdout  # none were measured: no heading over nothing
