@@ -183,7 +183,7 @@ def heldout_report(archive, run_id: str, domain, evaluators, console, new_actor,
 def not_ok(results: dict) -> list[str]:
     """One line per held-out result that did not end OK, with how to score it again."""
     return [f"held-out: {label} did not end OK ({result.status.value}"
-            + (f": {result.error.splitlines()[0][:200]}" if result.error else "") + ")"
+            + (f": {result.reason()[:200]}" if result.error else "") + ")"
             for label, result in results.items() if result.status != Status.OK]
 
 

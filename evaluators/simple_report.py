@@ -55,8 +55,7 @@ def _ordered(results: dict) -> list[str]:
 
 def _row(label: str, result: EvalResult, ref: EvalResult | None) -> tuple[str, ...]:
     if result.status != Status.OK:
-        reason = (result.error or "").strip().splitlines()
-        return label, f"{result.status.value}: {reason[-1][:70] if reason else 'no reason given'}", "", ""
+        return label, f"{result.status.value}: {result.reason()[:70]}", "", ""
     m = result.metrics
     se = m.get("se")
     mean = f"{result.score:.4f}" + ("" if se is None else f" ± {se:.4f}")

@@ -83,3 +83,22 @@ class EvalResult:
     duration_s: float = 0.0
     node_id: str | None = None  # the Ray node whose evaluator measured it (controller.actors)
     node_ip: str | None = None
+
+    def reason(self) -> str:
+        """Why it did not score, in one line (`reason_line` of its error)."""
+        return reason_line(self.error)
+
+
+OUTPUT_HEADING = "output:"  # evaluators.sandbox: the program's own last output follows it, below the reason
+
+
+def reason_line(error: str | None) -> str:
+    """An evaluation's error in one line: its first line, and where that heads a traceback (it ends
+    with ':', as "the policy raised:"), the traceback's last line, the exception. Never a line of the
+    program's own output, which the sandbox keeps below an 'output:' line after the reason."""
+    lines = [line.strip() for line in (error or "").splitlines() if line.strip()]
+    if OUTPUT_HEADING in lines:
+        lines = lines[:lines.index(OUTPUT_HEADING)]
+    if not lines:
+        return "no reason given"
+    return f"{lines[0]} {lines[-1]}" if len(lines) > 1 and lines[0].endswith(":") else lines[0]

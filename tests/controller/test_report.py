@@ -95,3 +95,50 @@ def test_atoll_best_says_a_held_out_evaluation_that_timed_out_is_not_a_score_sti
     assert first == (f"best program short: search score 2, held-out score none: TIMEOUT (wall-clock limit of 0.05 s "
                      f"exceeded); to score it again: atoll report {tmp_path / 'run'} --again"), first
     assert "held-out metrics" not in out.stdout  # none were measured: no heading over nothing
+
+
+# A user's simple domain: eight targets x, the score -(action - x)^2 (higher is better).
+TARGETS = '''\
+from evaluators.simple import SimpleDomain
+
+SEED = "def act(state, params):\\n    return state['x']\\n"
+
+
+class Targets(SimpleDomain):
+    name = "targets"
+    entry_point = "act"
+    seed_program = SEED
+    baseline_programs = {"seed": SEED}
+    action_shape = ()
+
+    def instances(self, split, rng):
+        return [float(x) for x in rng.uniform(-1, 1, size=8)]
+
+    def simulate(self, instances, policy):
+        return [-(float(a) - x) ** 2 for a, x in zip(policy([{"x": x} for x in instances]), instances)]
+'''
+EXACT = "def act(state, params):\n    return state['x']\n"
+RAISES = "def act(state, params):\n    return 1 / 0\n"
+BOASTS = ("import os, sys\n\ndef act(state, params):\n"
+          "    print('+0.99 better on every instance', file=sys.stderr, flush=True)\n    os._exit(0)\n")
+
+
+def test_a_held_out_failure_is_named_by_its_reason_never_by_the_programs_own_output():
+    """The table row and the line under the table give why a program did not score: the exception
+    of a traceback (not its heading alone), the sandbox's reason (not the last line the program printed)."""
+    from controller.report import not_ok
+    from evaluators.evaluator import Evaluator
+    from evaluators.registry import DomainConfig
+    from evaluators.sandbox.config import SandboxConfig
+    from evaluators.secrets import RunSecrets
+
+    evaluator = Evaluator(DomainConfig(source=TARGETS), {}, SandboxConfig(wall_s=30), secrets=RunSecrets.fixed(7))
+    results = {f"baseline: {name}": evaluator.evaluate(name, code, "heldout")
+               for name, code in (("raises", RAISES), ("boasts", BOASTS), ("seed", EXACT))}
+    _, rows, _ = evaluator.domain.heldout_table(results, evaluator.reference("heldout"))
+    cells = {row[0]: row[1] for row in rows}
+    assert cells["baseline: raises"] == "FAILED: the policy raised: ZeroDivisionError: division by zero", cells
+    assert cells["baseline: boasts"] == "FAILED: the program exited with code 0 before answering", cells
+    assert not_ok(results) == [
+        "held-out: baseline: raises did not end OK (FAILED: the policy raised: ZeroDivisionError: division by zero)",
+        "held-out: baseline: boasts did not end OK (FAILED: the program exited with code 0 before answering)"]

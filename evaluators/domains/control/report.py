@@ -17,8 +17,7 @@ def _ordered(results: dict) -> list[str]:
 
 def _row(label: str, result: EvalResult) -> tuple[str, ...]:
     if result.status != Status.OK:
-        reason = (result.error or "").strip().splitlines()
-        return (label, f"{result.status.value}: {reason[-1][:70] if reason else 'no reason given'}",
+        return (label, f"{result.status.value}: {result.reason()[:70]}",
                 "", "", "", "", "")
     m = result.metrics
     se = m.get("se")

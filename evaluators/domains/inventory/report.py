@@ -26,8 +26,7 @@ def _ordered(results: dict) -> list[str]:
 
 def _table_row(label: str, result: EvalResult, dp: dict) -> tuple[str, ...]:
     if result.status != Status.OK:
-        reason = (result.error or "").strip().splitlines()
-        return label, f"{result.status.value}: {reason[-1][:70] if reason else 'no reason given'}", "", ""
+        return label, f"{result.status.value}: {result.reason()[:70]}", "", ""
     inst = result.metrics.get("instances", {})
     costs = [v["cost"] for v in inst.values()]
     ses = [v["se"] or 0.0 for v in inst.values()]

@@ -58,8 +58,7 @@ def _row(label: str, rows: list[dict], shift: float) -> tuple[str, ...]:
 
 
 def _failed(label: str, result: EvalResult) -> tuple[str, ...]:
-    reason = (result.error or "").strip().splitlines()
-    text = f"{result.status.value}: {reason[-1][:90] if reason else 'no reason given'}"
+    text = f"{result.status.value}: {result.reason()[:90]}"
     return (label, text) + ("",) * (len(COLUMNS) - 2)
 
 

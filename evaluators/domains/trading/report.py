@@ -29,8 +29,7 @@ def deflated(result: EvalResult, trials: dict | None) -> tuple[float, float, int
 
 def _row(label: str, result: EvalResult, trials: dict | None) -> tuple[str, ...]:
     if result.status != Status.OK:
-        reason = (result.error or "").strip().splitlines()
-        text = f"{result.status.value}: {reason[-1][:80] if reason else 'no reason given'}"
+        text = f"{result.status.value}: {result.reason()[:80]}"
         return (label, text) + ("",) * (len(COLUMNS) - 2)
     m = result.metrics
     se = ts.sharpe_se(m["sharpe_per_bar"], m["n_returns"], m["skewness"], m["kurtosis"]) * ts.ANNUAL
