@@ -16,6 +16,7 @@ from store.columns import to_json
 from store.records import Candidate, EvalResult, Status
 
 REPORT_RETRIES = 1  # a held-out job whose evaluator died is run once more on a fresh one
+EVOLVED = "evolved best"  # the label of the run's best program (by search score) in every domain's table
 REFERENCE_EVENT = "heldout-reference"  # the domain's held-out reference figures, as first measured for the run
 
 
@@ -130,6 +131,9 @@ def heldout_report(archive, run_id: str, domain, evaluators, console, new_actor,
     timeout on a busy machine) are scored again. `new_actor()` replaces an evaluator that died.
     """
     programs, stored = heldout_programs(archive, run_id, domain)
+    if EVOLVED not in programs:
+        console.print("[atoll] held-out: no program of this run scored OK on the search split, so the table has no "
+                      "evolved best: the baselines alone", soft_wrap=True)
     redo = {label: result for label, result in stored.items() if again and result.status != Status.OK}
     if redo:
         console.print("[atoll] held-out: scoring again what did not end OK: "
@@ -216,7 +220,7 @@ def heldout_programs(archive, run_id: str, domain) -> tuple[dict, dict]:
     best = archive.best_program(run_id, "search")
     programs = {f"baseline: {name}": (f"baseline-{name}-{run_id}", code) for name, code in domain.baselines().items()}
     if best:
-        programs["evolved best"] = (best["program_id"], best["code"])
+        programs[EVOLVED] = (best["program_id"], best["code"])
     stored = {label: _as_result(row) for label, (pid, _) in programs.items()
               if (row := archive.evaluation(pid, "heldout")) is not None}
     return programs, stored

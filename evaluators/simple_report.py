@@ -46,7 +46,7 @@ def heldout_table(domain_name: str, baseline_names: list[str], results: dict[str
     columns = ["policy", "mean score ± SE", "worst instance",
                f"vs {baseline_names[0]} (paired)" if baseline_names else "vs baseline"]
     rows = [_row(label, results[label], ref) for label in _ordered(results)]
-    return columns, rows, _notes(domain_name, ref_label, ref, reference)
+    return columns, rows, _notes(domain_name, ref_label, ref, reference, results)
 
 
 def _ordered(results: dict) -> list[str]:
@@ -73,7 +73,8 @@ def _versus(result: EvalResult, ref: EvalResult | None) -> str:
     return f"{mean:+.4f} ± {se:.4f} (p={p:.2g})"
 
 
-def _notes(domain_name: str, ref_label: str | None, ref: EvalResult | None, reference: dict) -> list[str]:
+def _notes(domain_name: str, ref_label: str | None, ref: EvalResult | None, reference: dict,
+           results: dict) -> list[str]:
     notes = [f"{domain_name}: {reference.get('instances', '?')} held-out instances, the same for every program. "
              f"Each program's PARAMS were tuned on the search instances ({reference.get('tune_trials', '?')} "
              "trials: its defaults, a Sobol design, then refinement around the best), then measured once "
@@ -84,7 +85,7 @@ def _notes(domain_name: str, ref_label: str | None, ref: EvalResult | None, refe
                      "same instance, ± its standard error and a two-sided t-test p-value"
                      + ("" if ref is not None else f"; n/a: {ref_label} did not score") + ".")
     trials = reference.get("trials")
-    if trials:
+    if trials and "evolved best" in results:
         notes.append(f"evolved best: the best of {trials.get('count', '?')} programs by search score "
                      "(selection on the search instances only).")
     return notes

@@ -142,3 +142,35 @@ def test_a_held_out_failure_is_named_by_its_reason_never_by_the_programs_own_out
     assert not_ok(results) == [
         "held-out: baseline: raises did not end OK (FAILED: the policy raised: ZeroDivisionError: division by zero)",
         "held-out: baseline: boasts did not end OK (FAILED: the program exited with code 0 before answering)"]
+
+
+
+def _no_evaluators():
+    raise AssertionError("the report started evaluators with nothing to evaluate")
+
+
+def test_report_on_a_run_whose_seed_failed_says_why_there_is_no_evolved_best(tmp_path):
+    """No program scored OK on the search split: the report says the table holds the baselines
+    alone, and no note speaks of an evolved best it does not show."""
+    from controller.report import heldout_report
+    from controller.terminal import SafeConsole
+    from evaluators.evaluator import Evaluator
+    from evaluators.registry import DomainConfig
+    from evaluators.sandbox.config import SandboxConfig
+    from evaluators.secrets import RunSecrets
+
+    evaluator = Evaluator(DomainConfig(source=TARGETS), {}, SandboxConfig(wall_s=30), secrets=RunSecrets.fixed(7))
+    with DuckDBArchive(tmp_path / "archive.duckdb") as archive:
+        archive.create_run("r1", {"run": {"name": "t"}}, "")
+        archive.record([(_cand("seed", "seed"), evaluator.evaluate("seed", RAISES, "search"))])
+        for name, code in evaluator.domain.baselines().items():  # scored before: the report needs no evaluator
+            archive.record([(Candidate(f"baseline-{name}-r1", "r1", -1, 0, (), code, f"baseline:{name}", time.time()),
+                             evaluator.evaluate(f"baseline-{name}-r1", code, "heldout"))])
+        archive.log_events("r1", [("heldout-reference", {"figures": evaluator.reference("heldout")})])
+        console = SafeConsole(record=True, width=200, markup=False)
+        results = heldout_report(archive, "r1", evaluator.domain, _no_evaluators, console, None)
+    out = console.export_text()
+    assert list(results) == ["baseline: seed"]
+    assert ("[atoll] held-out: no program of this run scored OK on the search split, so the table has no evolved "
+            "best: the baselines alone") in out, out
+    assert "evolved best" not in out.replace("has no evolved best", ""), out

@@ -71,7 +71,8 @@ def heldout_table(config, labels: list[str], results: dict[str, EvalResult], ref
         rows.append(_row(label, per_run, shift) if result.status == Status.OK and per_run else _failed(label, result))
     for rule, per_run in reference.get("rules", {}).items():
         rows.append(_row(f"reference: {rule}", per_run, shift))
-    return COLUMNS, rows, _notes(config, labels, reference) + head_to_head(results, shift) + same_trees(results)
+    notes = _notes(config, labels, reference, "evolved best" in results)
+    return COLUMNS, rows, notes + head_to_head(results, shift) + same_trees(results)
 
 
 def paired_ratio_ci(rows: list[dict], other: list[dict], shift: float, key: str = "time_s",
@@ -124,7 +125,7 @@ def same_trees(results: dict[str, EvalResult]) -> list[str]:
             "their difference in time is measurement noise, not a better rule." for a, b in pairs]
 
 
-def _notes(config, labels: list[str], reference: dict) -> list[str]:
+def _notes(config, labels: list[str], reference: dict, best: bool) -> list[str]:
     trials = reference.get("trials", {})
     notes = [
         f"Held-out: {len(labels)} " + (f"{config.family} instances of size {config.heldout_size} " if config.instances
@@ -148,7 +149,7 @@ def _notes(config, labels: list[str], reference: dict) -> list[str]:
         + "; reference rows use the default measured once by the evaluator that measured them, so default "
           "times differ a little between rows, and more when the machine's load changes.",
     ]
-    if trials:
+    if trials and best:
         notes.append(f"The evolved best was selected among {trials.get('count', '?')} search evaluations; the "
                      "held-out instances played no part in that selection.")
     return notes
