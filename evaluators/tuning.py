@@ -80,7 +80,7 @@ class EliteSampler(optuna.samplers.BaseSampler):
     """Batch local search (cross-entropy style) for the rounds after the first.
 
     Each trial perturbs one of the best completed trials (the elite: the top
-    fifth, at least two) with Gaussian noise whose scale per parameter is the
+    fifth, at least two, by the study's direction) with Gaussian noise whose scale per parameter is the
     elite's own spread, floored at 2% of the range, and clipped into range;
     half the trials move a single parameter, which follows narrow ridges. A
     whole round is asked before any of it is told, so it spreads by randomness,
@@ -101,7 +101,8 @@ class EliteSampler(optuna.samplers.BaseSampler):
         done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
         if not search_space or not done:
             return {}
-        done = sorted(done, key=lambda t: t.value)
+        best_first = study.direction == optuna.study.StudyDirection.MAXIMIZE  # a study may maximize (new_study)
+        done = sorted(done, key=lambda t: t.value, reverse=best_first)
         elite = done[:max(2, len(done) // 5)]
         parent = elite[int(self._rng.integers(len(elite)))]
         names = list(search_space)
