@@ -21,7 +21,7 @@ REFERENCE_EVENT = "heldout-reference"  # the domain's held-out reference figures
 
 
 def _evaluate_all(actors, programs: dict[str, tuple[str, str]], console, new_actor,
-                  on_done=None, reference: bool = True) -> tuple[dict, dict, str]:
+                  on_done=None, reference: bool = True, on_reference=None) -> tuple[dict, dict, str]:
     """Score `programs` (label -> (program_id, code)) on the held-out split and measure the domain's
     reference figures (unless not `reference`); returns (label -> EvalResult in `programs` order,
     reference, and why the reference figures are missing, or '').
@@ -29,7 +29,8 @@ def _evaluate_all(actors, programs: dict[str, tuple[str, str]], console, new_act
     Each actor takes the next job as soon as it is free (held-out jobs differ by minutes);
     the reference figures go first, since they are often the longest job (SCIP's own rules).
     Prints one line per finished job and hands each result to `on_done(label, result)` as it
-    arrives, so a crash later in the report loses none of the finished ones. A job whose code
+    arrives, and the reference figures, when measured, to `on_reference(figures)`, so a crash or a
+    stop later in the report loses none of the finished ones. A job whose code
     raises, or whose evaluator dies (twice: it runs again on a fresh one from `new_actor`),
     ends as a result that says so, and the rest of the table stands.
     """
@@ -46,12 +47,14 @@ def _evaluate_all(actors, programs: dict[str, tuple[str, str]], console, new_act
         elapsed = f"{time.monotonic() - start:.0f}s"
         if label is None:
             reference = outcome
+            if on_reference is not None and not outcome[1]:
+                on_reference(outcome[0])
             console.print(f"[atoll] held-out: reference figures {'FAILED' if outcome[1] else 'measured'} ({elapsed})")
             continue
         results[label] = outcome
-        console.print(f"[atoll] held-out: {label} {outcome.status.value} ({len(results)}/{len(programs)}, {elapsed})")
-        if on_done is not None:
+        if on_done is not None:  # kept before it is said: a stop at the line loses nothing
             on_done(label, outcome)
+        console.print(f"[atoll] held-out: {label} {outcome.status.value} ({len(results)}/{len(programs)}, {elapsed})")
     return {label: results[label] for label in programs}, *reference
 
 
@@ -150,12 +153,9 @@ def heldout_report(archive, run_id: str, domain, evaluators, console, new_actor,
         and kept, on the evaluators started at the first need (once)."""
         if not actors:
             actors.extend(evaluators())
-        scored, measured, error = _evaluate_all(
-            actors, jobs, console, new_actor, reference=figures,
-            on_done=lambda label, result: _store(archive, run_id, label, jobs[label], result))
-        if figures and not error:
-            _store_reference(archive, run_id, measured)
-        return scored, measured, error
+        return _evaluate_all(actors, jobs, console, new_actor, reference=figures,
+                             on_done=lambda label, result: _store(archive, run_id, label, jobs[label], result),
+                             on_reference=lambda measured: _store_reference(archive, run_id, measured))
 
     known = stored_reference(archive, run_id)
     if known is not None:

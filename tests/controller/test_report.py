@@ -1,6 +1,8 @@
 """The held-out report's trial summary: what selection-bias corrections are computed from."""
 import time
 
+import pytest
+
 from controller.report import search_trials
 from store.duckdb_archive import DuckDBArchive
 from store.records import Candidate, EvalResult, Status
@@ -174,3 +176,41 @@ def test_report_on_a_run_whose_seed_failed_says_why_there_is_no_evolved_best(tmp
     assert ("[atoll] held-out: no program of this run scored OK on the search split, so the table has no evolved "
             "best: the baselines alone") in out, out
     assert "evolved best" not in out.replace("has no evolved best", ""), out
+
+
+def test_a_report_stopped_after_the_reference_figures_keeps_them_for_the_next(ray_cluster, tmp_path):
+    """Ctrl-C after the reference figures were measured (often the longest job: SCIP's own rules) and a
+    first program scored: the next report measures neither again."""
+    from controller.actors import new_evaluator
+    from controller.config import validate
+    from controller.report import heldout_report, stored_reference
+    from controller.terminal import SafeConsole
+    from evaluators.registry import get_domain
+    from evaluators.secrets import RunSecrets
+
+    class StopAfterFirstProgram(SafeConsole):
+        def print(self, *objects, **kwargs):
+            super().print(*objects, **kwargs)
+            if any("(1/" in str(o) for o in objects):
+                raise KeyboardInterrupt  # as the Ctrl-C handler raises it, between two finished jobs
+
+    secrets, config = RunSecrets.fixed(7), validate({"run": {"max_evals": 4}, "domain": {"source": TARGETS},
+                                                     "evaluator": {"actors": 1}})
+    domain = get_domain(config.domain, secrets=secrets)
+    actors = [new_evaluator(config, secrets=secrets)]
+    try:
+        with DuckDBArchive(tmp_path / "archive.duckdb") as archive:
+            archive.create_run("r1", config.model_dump(mode="json"), "")
+            best = Candidate("best", "r1", 0, 0, (), EXACT, "seed", time.time())
+            archive.record([(best, EvalResult("best", "search", Status.OK, score=0.0))])
+            with pytest.raises(KeyboardInterrupt):
+                heldout_report(archive, "r1", domain, lambda: actors, StopAfterFirstProgram(markup=False), None)
+            assert stored_reference(archive, "r1") == domain.reference("heldout")
+            console = SafeConsole(record=True, width=200, markup=False)
+            heldout_report(archive, "r1", domain, lambda: actors, console, None)
+    finally:
+        for actor in actors:
+            ray_cluster.kill(actor)
+    out = console.export_text()
+    assert "reference figures from the archive" in out and "measuring the domain's reference figures" not in out, out
+    assert "1 of 2 programs already scored" in out, out
