@@ -7,6 +7,7 @@ every misbehaviour into an `EvalResult` with a status and a reason.
 """
 from __future__ import annotations
 
+import math
 import time
 
 from evaluators._base import CandidateError
@@ -43,6 +44,9 @@ class Evaluator:
         except CandidateError as exc:
             return EvalResult(program_id, split, exc.status, error=clip(exc.reason),
                               duration_s=time.monotonic() - start)
+        unscored = not_finite(outcome.score, outcome.instance_scores)
+        if unscored:
+            return EvalResult(program_id, split, Status.INVALID, error=unscored, duration_s=time.monotonic() - start)
         return EvalResult(program_id, split, Status.OK, score=outcome.score,
                           metrics=outcome.metrics, instance_scores=tuple(outcome.instance_scores),
                           descriptors=tuple(outcome.descriptors), tuned_params=dict(outcome.tuned_params),
@@ -67,3 +71,16 @@ class Evaluator:
                 outcome = self.domain.evaluate(policy, params, split, race=race)
             policy.confirm_started()  # a program that never loaded has no score, even if it was never asked
             return outcome
+
+
+def not_finite(score, instance_scores) -> str:
+    """Why a domain's outcome cannot be a score ('' if it can): a score or an instance's score that is
+    not a finite number (a program that drives a simulator to an overflow), which no ranking can hold."""
+    for what, value in (("score", score), *((f"score on instance {i}", v) for i, v in enumerate(instance_scores))):
+        try:
+            if math.isfinite(value):
+                continue
+        except TypeError:
+            pass
+        return f"the domain's {what} for it is {value!r}, not a finite number"
+    return ""

@@ -231,3 +231,50 @@ def test_a_hostile_policy_cannot_read_the_domain_files(visible_folder):
     assert str(visible_folder / "pricing.py") in checker.domain_files()
     check = checker.reads_files()
     assert check.passed, check.detail
+
+
+# A domain of the user's own whose score a program can drive to infinity (or NaN): a target hit
+# exactly divides by zero.
+EXACT_IS_INFINITE = '''\
+import dataclasses
+import math
+
+from evaluators.simple import SimpleDomain
+
+SEED = "def act(state, params):\\\\n    return 0.0\\\\n"
+
+
+class Targets(SimpleDomain):
+    name = "targets"
+    entry_point = "act"
+    seed_program = SEED
+    baseline_programs = {"seed": SEED}
+    action_shape = ()
+
+    def instances(self, split, rng):
+        return [0.6, 0.7, 0.8, 0.9]
+
+    def simulate(self, instances, policy):
+        return [-abs(float(a) - x) for a, x in zip(policy([{"x": x} for x in instances]), instances)]
+
+    def evaluate(self, policy, params, split, race=None):
+        out = super().evaluate(policy, params, split)
+        scores = [math.nan if s == 0 else 1 / -s for s in out.instance_scores]
+        return dataclasses.replace(out, score=1 / -out.score if out.score else math.inf, instance_scores=scores)
+'''
+
+
+EXACT_EVERYWHERE = "def act(state, params):\n    return state['x']\n"
+EXACT_ON_TWO = "def act(state, params):\n    return state['x'] if state['x'] > 0.75 else 0.0\n"
+
+
+@pytest.mark.parametrize("code, needle", [(EXACT_EVERYWHERE, "score for it is inf"),
+                                          (EXACT_ON_TWO, "score on instance 2 for it is nan")])
+def test_a_score_that_is_not_a_finite_number_is_an_invalid_result_never_a_score(code, needle):
+    """Left OK, an infinite score stopped the run with a traceback at the island (and would rank above every
+    real one); a NaN per-instance score breaks every paired test. Both are INVALID, with the reason."""
+    evaluator = Evaluator(DomainConfig(source=EXACT_IS_INFINITE), {}, LIMITS, secrets=RunSecrets.fixed(3))
+    assert evaluator.evaluate("seed", "def act(state, params):\n    return 0.0\n", "search").status == Status.OK
+    for split in ("search", "heldout"):
+        result = evaluator.evaluate("p", code, split)
+        assert result.status == Status.INVALID and result.score is None and needle in result.error, result
