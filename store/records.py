@@ -101,4 +101,6 @@ def reason_line(error: str | None) -> str:
         lines = lines[:lines.index(OUTPUT_HEADING)]
     if not lines:
         return "no reason given"
+    if lines[0].startswith("[") and lines[0].endswith(" characters cut]"):  # its head was cut: its end says most
+        return lines[-1]
     return f"{lines[0]} {lines[-1]}" if len(lines) > 1 and lines[0].endswith(":") else lines[0]

@@ -5,7 +5,7 @@ import pytest
 
 from controller.report import search_trials
 from store.duckdb_archive import DuckDBArchive
-from store.records import Candidate, EvalResult, Status
+from store.records import Candidate, EvalResult, Status, reason_line
 
 
 def _cand(pid, mutator="embedded:perturb_const"):
@@ -144,6 +144,7 @@ def test_a_held_out_failure_is_named_by_its_reason_never_by_the_programs_own_out
     assert not_ok(results) == [
         "held-out: baseline: raises did not end OK (FAILED: the policy raised: ZeroDivisionError: division by zero)",
         "held-out: baseline: boasts did not end OK (FAILED: the program exited with code 0 before answering)"]
+    assert reason_line("[12 characters cut]\n  File x, line 3\nValueError: bad\n") == "ValueError: bad"
 
 
 
