@@ -137,14 +137,16 @@ class Helm:
 
 def budget_change(config, key: str, value: str, floor_evals: int):
     """The config with `key` set to `value`; a key that cannot change live or a bad value is Refused."""
-    from controller.config import AtollConfig, ConfigError, _first_error, apply_overrides
+    from controller.config import AtollConfig, ConfigError, _first_error, _no_bool_as_number, apply_overrides
 
     if key not in LIVE_BUDGETS:
         raise Refused(f"{key}: not a budget that can change during a run; one of {', '.join(LIVE_BUDGETS)}")
     if key.startswith("mutator.llm.") and config.mutator.llm is None:
         raise Refused(f"{key}: this run has no LLM models ([mutator.llm]), so it has no LLM budget")
     try:
-        new = AtollConfig.model_validate(apply_overrides(config.model_dump(mode="json"), [f"{key}={value}"]))
+        tree = apply_overrides(config.model_dump(mode="json"), [f"{key}={value}"])
+        new = AtollConfig.model_validate(tree)
+        _no_bool_as_number(new, tree)  # pydantic takes true as 1: run.max_wall_s=true ended the run in a second
     except ValidationError as exc:
         raise Refused(_first_error(exc)) from None
     except ConfigError as exc:

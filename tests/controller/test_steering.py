@@ -59,6 +59,8 @@ def test_each_subscriber_gets_the_events_then_ended_and_a_slow_one_loses_its_old
     ("run.max_wall_s", "soon", "run.max_wall_s: Input should be a valid number"),
     ("run.max_evals", "9", "run.max_evals: 9 is below the 10 evaluations finished or under way; give at least 10"),
     ("mutator.llm.budget.calls", "5", "mutator.llm.budget.calls: this run has no LLM models"),
+    ("run.max_wall_s", "true", "run.max_wall_s: true given where a number is expected"),
+    ("run.max_evals", "true", "run.max_evals: true given where a number is expected"),
 ])
 def test_a_bad_budget_change_is_one_line_naming_the_key(key, value, message):
     with pytest.raises(Refused) as refused:
