@@ -217,6 +217,8 @@ class Search(EvaluatorPool, Outcomes, LostActors):
                     now = time.monotonic()
                     self.helm.tick(self, now)  # control-plane commands; a stop raises KeyboardInterrupt
                     searching = self.helm.searched_s(now) < self.config.run.max_wall_s
+                    if searching and drain_until is not None:  # `atoll set run.max_wall_s` gave more time
+                        drain_until, status = None, "completed"  # (else in-flight work was dropped every tick)
                     if not searching and drain_until is None:
                         # out of wall time: submit nothing more, let what runs finish and commit
                         drain_until = now + self.config.evaluator.sandbox.wall_s + 5

@@ -307,3 +307,33 @@ def test_a_live_run_whose_control_plane_is_out_of_reach_is_said_to_be_live_and_g
     assert proc.returncode == 130 and f"Continue with: atoll resume {run_dir}" in out, (out, err[-3000:])
     kinds = [kind for (kind,) in run_query(run_dir, "SELECT kind FROM events ORDER BY ts")[1]]
     assert "paused" not in kinds and kinds.count("stopping") == 1, kinds  # the refused pause never reached it
+
+
+def _drain_ends(run_dir) -> float | None:
+    """When the run's wall-time drain ends (seconds since the epoch), once it has begun and is archived."""
+    try:
+        rows = run_query(run_dir, "SELECT ts, data FROM events WHERE kind = 'wall-time-reached'")[1]
+    except Exception:  # noqa: BLE001  the archive may not hold a run yet
+        return None
+    return rows[0][0] + json.loads(rows[0][1])["finish_within_s"] if rows else None
+
+
+def test_more_wall_time_given_while_the_run_drains_lets_it_search_on(tmp_path):
+    """`atoll set run.max_wall_s` after the wall time was spent, while what was in flight finished: the
+    run searched on until the drain's end, then dropped all its work at every tick until the new time ran out."""
+    run_dir = tmp_path / "run"
+    proc = start(tmp_path, "run", CONFIG, *TINY, "--set", "run.max_evals=400", "--set", "run.max_wall_s=3",
+                 "--set", "evaluator.sandbox.wall_s=8", "--run-dir", run_dir, "--no-report")
+    try:
+        drain_ends = wait_for("the wall time to be spent", lambda: _drain_ends(run_dir), proc, limit=180)
+        with ControlClient(run_dir) as client:
+            raised = client.set_budget("run.max_wall_s", "600")
+        wait_for("the drain's end", lambda: time.time() > drain_ends + 1, proc)
+        after = live_count(run_dir)
+        wait_for("evaluations after the drain's end", lambda: live_count(run_dir) >= after + 3, proc, limit=45)
+        stopped = atoll(tmp_path, "stop", run_dir, timeout=60)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        kill_group(proc)
+    assert raised.startswith("run.max_wall_s = 600"), raised
+    assert stopped.returncode == 0 and proc.returncode == 130, (stopped.stderr, err[-2000:])
