@@ -123,6 +123,8 @@ class ControlClient:
                              f"token ({control.TOKEN_ENV} or --token-file)")
         if code == grpc.StatusCode.INVALID_ARGUMENT:
             return UserError(details)
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            return UserError(f"{self.run_dir}: {details}")
         return UserError(f"{self.run_dir}: the control plane answered {code.name}: {details}")
 
     def close(self) -> None:

@@ -13,6 +13,7 @@ import hmac
 import json
 import queue
 import sys
+import threading
 from concurrent import futures
 from pathlib import Path
 
@@ -26,6 +27,8 @@ _ROOT = str(Path(__file__).resolve().parents[1])
 if _ROOT not in sys.path:  # protoc finds the .proto on sys.path; an editable install puts no entry there
     sys.path.append(_ROOT)
 pb, rpc = grpc.protos_and_services(PROTO)
+WORKERS = 16  # the server's threads; an event stream holds one for as long as its watcher follows
+WATCHERS = 8  # event streams served at once, so the other threads always answer pause, stop, set and status
 
 
 class _TokenCheck(grpc.ServerInterceptor):
@@ -53,6 +56,7 @@ class ControlService(rpc.ControlServicer):
 
     def __init__(self, steering: Steering):
         self.steering = steering
+        self._streams = threading.BoundedSemaphore(WATCHERS)
 
     def _ask(self, context, command: Command):
         try:
@@ -80,6 +84,13 @@ class ControlService(rpc.ControlServicer):
         return pb.CommandReply(message=self._ask(context, Command("set", request.key, request.value)))
 
     def Events(self, request, context):
+        """The run's events; past WATCHERS streams at once, RESOURCE_EXHAUSTED (16 watchers, or clients that
+        opened a stream and never read it, held every thread, and each pause or stop waited out its deadline)."""
+        if not self._streams.acquire(blocking=False):
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"{WATCHERS} watchers already follow this run, the most it serves at once (so pause, "
+                          "continue, stop and set are always answered); end one (Ctrl-C in its `atoll watch`) and "
+                          "watch again")
         events = self.steering.subscribe()
         try:
             while context.is_active():
@@ -92,6 +103,7 @@ class ControlService(rpc.ControlServicer):
                 yield pb.Event(time=event.time, kind=event.kind, detail_json=json.dumps(event.detail, default=str))
         finally:
             self.steering.unsubscribe(events)
+            self._streams.release()
 
 
 def status_reply(s: dict):
@@ -121,7 +133,7 @@ class ControlPlane:
     def __enter__(self) -> "ControlPlane":
         if self.setup is None:
             return self
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="atoll-control"),
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="atoll-control"),
                                   interceptors=[_TokenCheck(self.setup.token)], maximum_concurrent_rpcs=64)
         rpc.add_ControlServicer_to_server(ControlService(self.steering), self.server)
         port = self._bind()

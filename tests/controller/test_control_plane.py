@@ -21,7 +21,8 @@ import pytest
 from controller import control
 from controller.cli import UserError
 from controller.control_client import CONNECT_S, ControlClient
-from controller.control_server import pb, rpc
+from controller.control_server import WATCHERS, WORKERS, ControlPlane, pb, rpc
+from controller.steering import Steering
 from store.query import run_query
 from tests.controller.runs import CONFIG, ROOT, TINY, atoll, committed_ids, counts, env, kill_group, proposed_texts, start
 
@@ -337,3 +338,50 @@ def test_more_wall_time_given_while_the_run_drains_lets_it_search_on(tmp_path):
         kill_group(proc)
     assert raised.startswith("run.max_wall_s = 600"), raised
     assert stopped.returncode == 0 and proc.returncode == 130, (stopped.stderr, err[-2000:])
+
+
+def _answer(call) -> str:
+    try:
+        return call()
+    except UserError as exc:
+        return f"atoll: {exc}"
+
+
+def _answering(steering: Steering, done: threading.Event) -> None:
+    """The run loop's part, without a search: answer every command at a tick."""
+    while not done.is_set():
+        for command, future in steering.take():
+            future.set_result(f"{command.kind} done")
+        time.sleep(0.05)
+
+
+def test_a_crowd_of_watchers_never_locks_out_pause_and_stop(tmp_path, monkeypatch):
+    """Each event stream holds one of the server's threads: 16 watchers (or clients that open a stream and
+    never read it) took them all, and every pause, stop or set waited out its deadline. Past WATCHERS
+    streams, a watcher is refused in one line and every other call is answered."""
+    monkeypatch.setattr("controller.control_client.TIMEOUT_S", 10.0)
+    (tmp_path / "archive.duckdb").touch()  # a run directory, for the client
+    steering, done = Steering(), threading.Event()
+    with ControlPlane(control.Setup("127.0.0.1", 0, "t" * 24, True), tmp_path, steering), \
+            ControlClient(tmp_path) as client:
+        threading.Thread(target=_answering, args=(steering, done), daemon=True).start()
+        streams = [client.stub.Events(pb.EventsRequest(), metadata=client.metadata) for _ in range(WORKERS + 4)]
+        deadline = time.monotonic() + 30  # every stream is served, or refused, or holds a thread
+        while len(steering._subscribers) + sum(s.done() for s in streams) < WORKERS and time.monotonic() < deadline:
+            time.sleep(0.05)
+        paused = _answer(lambda: client.call("Pause", pb.PauseRequest()).message)
+        stopped = _answer(lambda: client.call("Stop", pb.StopRequest()).message)
+        watcher = []  # a thread: with no thread left to serve it, the stream waited for ever
+        threading.Thread(target=lambda: watcher.append(_refusal(lambda: next(client.events()))), daemon=True).start()
+        deadline = time.monotonic() + 15
+        while not watcher and time.monotonic() < deadline:
+            time.sleep(0.05)
+        refused = [s.code() for s in streams if s.done()]
+        done.set()
+        for stream in streams:
+            stream.cancel()
+    assert (paused, stopped) == ("pause done", "stop done")
+    assert refused == [grpc.StatusCode.RESOURCE_EXHAUSTED] * (WORKERS + 4 - WATCHERS)
+    assert watcher == [(f"atoll: {tmp_path}: {WATCHERS} watchers already follow this run, the most it serves at "
+                        "once (so pause, continue, stop and set are always answered); end one (Ctrl-C in its "
+                        "`atoll watch`) and watch again")], watcher
