@@ -31,6 +31,24 @@ def not_live(run_dir: Path, why: str = "") -> UserError:
                      f"`atoll status {run_dir}` shows where it stands")
 
 
+def not_readable(run_dir: Path) -> UserError | None:
+    """The line for a live run whose control.json (mode 0600) this user may not read: another user's
+    run was said to be "not live" while it ran. None where the record is readable, or the run not live."""
+    from controller.rundir import _owner, driver_holds
+
+    try:
+        (run_dir / control.RECORD).read_bytes()
+    except PermissionError:
+        if driver_holds(run_dir):
+            owner = _owner(run_dir / control.RECORD)
+            return UserError(f"{run_dir}: the run is live, but its {control.RECORD} (the control plane's address "
+                             "and token) is readable by the user who started it only, so only they can steer or "
+                             f"watch it{f' (run this as {owner})' if owner else ''}")
+    except OSError:
+        pass
+    return None
+
+
 class Unreachable(UserError):
     """The run is live (its driver holds the archive), but its control plane does not answer from here."""
 
@@ -61,7 +79,7 @@ class ControlClient:
             raise UserError(f"{self.run_dir} is not a run directory (no archive.duckdb in it)")
         record = control.read_record(self.run_dir)
         if record is None:
-            raise not_live(self.run_dir)
+            raise not_readable(self.run_dir) or not_live(self.run_dir)
         token = token or record.get("token")
         if not token and os.environ.get(control.TOKEN_ENV):
             token = control.checked(os.environ[control.TOKEN_ENV].strip(), control.TOKEN_ENV)

@@ -127,3 +127,24 @@ def test_a_report_on_a_read_only_copy_reads_a_complete_table_and_refuses_only_wh
     assert on_read_only_mount.returncode == 2 and on_read_only_mount.stderr.strip() == (
         f"atoll: {run_dir / rundir.ARCHIVE}: read-only file system (this command needs to write it); copy the run "
         "directory to a folder of your own and give that")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv "
+                    "(util-linux) to drop the capabilities that override permission bits")
+def test_steering_another_users_live_run_says_it_is_theirs_not_that_it_is_not_live(tmp_path):
+    """Its control.json is its owner's only (mode 0600): `atoll pause` and `atoll watch` said the run was
+    not live while it ran."""
+    from controller import control
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with DuckDBArchive(run_dir / rundir.ARCHIVE):  # held for writing, as its driver holds it
+        control.write_record(run_dir, control.Setup("127.0.0.1", 0, "t" * 24, True), 1)
+        os.chown(run_dir / control.RECORD, 65534, 65534)
+        refusals = [_as_an_owner(tmp_path, command, run_dir) for command in ("pause", "watch")]
+    for refused in refusals:
+        assert refused.returncode == 2 and refused.stdout == "", refused.stdout
+        assert refused.stderr.strip() == (
+            f"atoll: {run_dir}: the run is live, but its control.json (the control plane's address and token) is "
+            "readable by the user who started it only, so only they can steer or watch it (run this as nobody, "
+            "uid 65534)"), refused.stderr
