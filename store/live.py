@@ -205,6 +205,8 @@ def ask_arrow(run_dir: str | Path, sql: str) -> tuple[list[str], pa.Table | None
                 sock.connect(address)
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             raise NotServed(str(exc)) from None
+        except PermissionError:  # another user's live run: a traceback said so
+            raise QueryError(not_served_here(run_dir)) from None
         with sock.makefile("rb") as stream:
             try:
                 _send(sock, {"sql": sql})
@@ -223,6 +225,20 @@ def ask_arrow(run_dir: str | Path, sql: str) -> tuple[list[str], pa.Table | None
                 raise QueryError(f"the live answer broke off (interrupted, or the process holding the archive "
                                  f"stopped): {first_line(exc)}") from None
     return list(header["columns"]), table, note
+
+
+def not_served_here(run_dir: Path) -> str:
+    """Why this user may not ask the holder of RUN_DIR's archive: its socket is its owner's (to connect is to write)."""
+    import pwd
+
+    try:
+        uid = (run_dir / SOCKET).stat().st_uid
+        owner = f" ({pwd.getpwuid(uid).pw_name}, uid {uid})"
+    except (OSError, KeyError):
+        owner = ""
+    return (f"{run_dir}: the run is live, and the process holding its archive (its driver, or `atoll report`) "
+            f"answers the user who started it only ({SOCKET}: permission denied); run this as that user{owner}, "
+            "or after the run has ended")
 
 
 _converter: list = []  # one in-memory DuckDB per process, made on first use

@@ -148,3 +148,23 @@ def test_steering_another_users_live_run_says_it_is_theirs_not_that_it_is_not_li
             f"atoll: {run_dir}: the run is live, but its control.json (the control plane's address and token) is "
             "readable by the user who started it only, so only they can steer or watch it (run this as nobody, "
             "uid 65534)"), refused.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv "
+                    "(util-linux) to drop the capabilities that override permission bits")
+def test_reading_another_users_live_run_is_one_line_naming_its_owner(tmp_path):
+    """The live driver answers queries on archive.sock, which only its user may connect to: `atoll status`
+    and `atoll progress` on another user's live run ended in a PermissionError traceback."""
+    from store.live import SOCKET, LiveReads
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with DuckDBArchive(run_dir / rundir.ARCHIVE) as archive, LiveReads(archive, run_dir):
+        os.chown(run_dir / SOCKET, 65534, 65534)
+        refusals = [_as_an_owner(tmp_path, command, run_dir) for command in ("status", "progress")]
+    for refused in refusals:
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr[-2000:]
+        assert refused.stderr.strip() == (
+            f"atoll: {run_dir}: the run is live, and the process holding its archive (its driver, or `atoll "
+            "report`) answers the user who started it only (archive.sock: permission denied); run this as that "
+            "user (nobody, uid 65534), or after the run has ended"), refused.stderr
