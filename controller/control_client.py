@@ -141,6 +141,9 @@ class ControlClient:
                              f"token ({control.TOKEN_ENV} or --token-file)")
         if code == grpc.StatusCode.INVALID_ARGUMENT:
             return UserError(details)
+        if code == grpc.StatusCode.FAILED_PRECONDITION:  # the search ended while the driver still serves
+            return NotLive(f"{self.run_dir}: {details}: its driver is finishing and takes no more commands; "
+                           f"`atoll status {self.run_dir}` shows where it stands")
         if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
             return UserError(f"{self.run_dir}: {details}")
         return UserError(f"{self.run_dir}: the control plane answered {code.name}: {details}")

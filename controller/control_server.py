@@ -63,8 +63,8 @@ class ControlService(rpc.ControlServicer):
             return self.steering.ask(command)
         except Refused as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        except Ended as exc:
-            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        except Ended as exc:  # not UNAVAILABLE: the client took that for a control plane out of its reach
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         except TimeoutError:
             context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "the run loop did not answer within 30 s")
 

@@ -385,3 +385,19 @@ def test_a_crowd_of_watchers_never_locks_out_pause_and_stop(tmp_path, monkeypatc
     assert watcher == [(f"atoll: {tmp_path}: {WATCHERS} watchers already follow this run, the most it serves at "
                         "once (so pause, continue, stop and set are always answered); end one (Ctrl-C in its "
                         "`atoll watch`) and watch again")], watcher
+
+
+def test_a_command_to_a_search_that_just_ended_says_so_not_that_it_is_out_of_reach(tmp_path):
+    """A command that arrives while the driver finishes (its last commit, a stop's shutdown) is refused by
+    the ended search: that was said as a control plane "that cannot be reached from here", in another
+    network namespace or behind a firewall."""
+    from store.duckdb_archive import DuckDBArchive
+
+    steering = Steering()
+    with DuckDBArchive(tmp_path / "archive.duckdb"), \
+            ControlPlane(control.Setup("127.0.0.1", 0, "t" * 24, True), tmp_path, steering):  # this the driver
+        steering.end("interrupted")
+        refused = atoll(tmp_path, "pause", tmp_path, timeout=60)
+    assert refused.returncode == 2 and refused.stderr.strip() == (
+        f"atoll: {tmp_path}: the search has ended (interrupted): its driver is finishing and takes no more "
+        f"commands; `atoll status {tmp_path}` shows where it stands"), refused.stderr
