@@ -58,13 +58,19 @@ class Steering:
 
     # --- the control plane's threads ---------------------------------------------------
     def ask(self, command: Command, timeout_s: float = ANSWER_TIMEOUT_S):
-        """The loop's answer; raises Refused, Ended, or TimeoutError when the loop does not answer."""
+        """The loop's answer; raises Refused, Ended, or TimeoutError when the loop does not take the command
+        in time, and then never carries it out (a stop the caller was told had failed stopped the run later)."""
         future: Future = Future()
         with self._lock:
             if self._ended is not None:
                 raise Ended(f"the search has ended ({self._ended.detail.get('status')})")
             self._commands.put((command, future))
-        return future.result(timeout_s)
+        try:
+            return future.result(timeout_s)
+        except TimeoutError:
+            if future.cancel():
+                raise
+            return future.result()  # the loop took it just now: its answer comes
 
     def subscribe(self) -> queue.Queue:
         """A queue of the events from now on, closed by None after the "ended" event."""
@@ -83,13 +89,15 @@ class Steering:
 
     # --- the loop's thread -------------------------------------------------------------
     def take(self) -> list[tuple[Command, Future]]:
-        """The commands asked since the last take (never blocks)."""
+        """The commands asked since the last take and still awaited (never blocks)."""
         taken = []
         while True:
             try:
-                taken.append(self._commands.get_nowait())
+                command, future = self._commands.get_nowait()
             except queue.Empty:
                 return taken
+            if future.set_running_or_notify_cancel():  # False: its caller gave up waiting
+                taken.append((command, future))
 
     def publish(self, kind: str, detail: dict | None = None) -> None:
         event = Event(time.time(), kind, detail or {})

@@ -39,6 +39,15 @@ def test_a_command_is_answered_by_the_loop_thread_and_the_end_refuses_what_is_qu
         bridge.ask(Command("status"))
 
 
+def test_a_command_the_loop_did_not_take_in_time_is_never_carried_out():
+    """The caller was told the loop did not answer (DEADLINE_EXCEEDED); a stop still queued stopped the
+    run at the loop's next tick, after its caller had given up."""
+    bridge = Steering()
+    with pytest.raises(TimeoutError):
+        bridge.ask(Command("stop"), timeout_s=0.1)
+    assert bridge.take() == []
+
+
 def test_each_subscriber_gets_the_events_then_ended_and_a_slow_one_loses_its_oldest(monkeypatch):
     monkeypatch.setattr(steering, "EVENTS_KEPT", 3)
     bridge = Steering()
