@@ -216,11 +216,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _stoppable()
     atexit.register(signals.stop_done)  # the last of Atoll's exit steps (after Ray's shutdown, registered later)
-    from controller import commands
+    try:  # a Ctrl-C while the commands load is the command's one line too
+        from controller import commands
 
-    if args.command in _SEARCHING:
-        commands.stop_on_signals()
-    try:
+        if args.command in _SEARCHING:
+            commands.stop_on_signals()
         status = getattr(commands, f"cmd_{args.command.replace('-', '_')}")(args)
         sys.stdout.flush()  # here, where a reader that left is caught (at exit it is a traceback)
         return status

@@ -50,3 +50,34 @@ def test_a_stop_lost_where_python_ignores_exceptions_leaves_a_later_signal_to_st
     with pytest.raises(KeyboardInterrupt):
         os.kill(os.getpid(), signum)
         time.sleep(1)
+
+
+_CTRL_C_AT_IMPORT = """
+import builtins, os, signal, sys, tomllib
+entry = tomllib.load(open("pyproject.toml", "rb"))["project"]["scripts"]["atoll"]  # what `atoll` runs
+module, name = entry.split(":")
+real, target = builtins.__import__, sys.argv[1]
+
+def importing(what, globals=None, locals=None, fromlist=(), level=0):
+    named = [what] + [f"{what}.{name}" for name in fromlist or ()]  # `from controller import commands` too
+    if target in named and target not in sys.modules:  # Ctrl-C arrives while that module loads
+        os.kill(os.getpid(), signal.SIGINT)
+    return real(what, globals, locals, fromlist, level)
+
+builtins.__import__ = importing
+sys.argv = ["atoll", "status", sys.argv[2]]
+raise SystemExit(getattr(__import__(module, fromlist=[name]), name)())
+"""
+
+
+@pytest.mark.parametrize("module", ["controller.config", "controller.commands"])
+def test_ctrl_c_while_atolls_modules_load_is_one_line(tmp_path, module):
+    """A Ctrl-C in a command's first second, while its modules load, printed a traceback through
+    pydantic or tomllib; it is one line, exit 130, from the entry point `atoll` runs."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, "-c", _CTRL_C_AT_IMPORT, module, str(tmp_path)], cwd=root,
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert "Traceback" not in out.stderr and out.returncode == 130, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "stopped (Ctrl-C" in out.stderr, out.stderr
