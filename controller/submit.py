@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import shutil
 import tempfile
@@ -253,10 +254,9 @@ def submit(args, config) -> tuple[str, str]:
     with working_dir(config_path, None if args.resume else config.domain.path) as (folder, shipped_config):
         command, run_dir = entrypoint(args, config, shipped_config)
         jobs = client(address_of(args.address))
-        name = PurePosixPath(run_dir).name
         try:
             job_id = _submit_when_an_agent_is_up(
-                jobs, entrypoint=command, submission_id=f"atoll-{name}-{uuid.uuid4().hex[:6]}",
+                jobs, entrypoint=command, submission_id=submission_id(run_dir),
                 runtime_env={"working_dir": str(folder), "excludes": EXCLUDES,
                              "env_vars": {"RAY_JOB_STOP_WAIT_TIME_S": str(STOP_WAIT_S)}},
                 metadata={METADATA_KEY: run_dir, "atoll_command": "resume" if args.resume else "run"})
@@ -264,6 +264,14 @@ def submit(args, config) -> tuple[str, str]:
             raise UserError(f"the cluster at {address_of(args.address)} refused the job: "
                             f"{(str(exc).strip().splitlines() or [type(exc).__name__])[-1]}") from None
     return job_id, run_dir
+
+
+def submission_id(run_dir: str) -> str:
+    """`atoll-NAME-XXXXXX`, NAME the run directory's name with every character but letters, digits, `.`,
+    `_` and `-` made `_`: Ray puts the id in its URLs (a `?` or `#` cut it short there, and `ray job
+    logs` then found no such job) and the printed hints put it in a shell command."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", PurePosixPath(run_dir).name)
+    return f"atoll-{name}-{uuid.uuid4().hex[:6]}"
 
 
 def _agent_not_up(exc: BaseException) -> bool:
@@ -363,15 +371,26 @@ def cmd_submit(args) -> int:
         console.print(note, soft_wrap=True)
     console.print(f"atoll submitted job {job_id} to {address}; its run directory on the driver's node: "
                   f"{run_dir}", soft_wrap=True)
-    console.print(f"  follow it:   {ray_cli} job logs -f {job_id} --address {address}\n"
-                  f"  status:      atoll status {run_dir}      (on the driver's node)\n"
-                  f"  stop it:     {ray_cli} job stop {job_id} --address {address}   (commits, then stops)\n"
-                  f"  continue:    atoll submit --resume {run_dir} --address {address}", soft_wrap=True)
+    console.print(hints(job_id, run_dir, address, ray_cli), soft_wrap=True, markup=False)
     if not args.wait:
         return 0
     status = follow(address, job_id)
     console.print(f"atoll job {job_id} {status}", soft_wrap=True)
     return 0 if status == "SUCCEEDED" else 1
+
+
+def hints(job_id: str, run_dir: str, address: str, ray_cli: str) -> str:
+    """How to follow, read, stop and continue the job, each a command to paste into a shell as printed.
+
+    The run directory is quoted: `status` runs on the driver's node, where a leading ~/ is left for its
+    shell to expand; `continue` runs here, where the driver's ~/ must travel as it is (this machine's
+    shell would make it this user's home, which the driver's node need not have).
+    """
+    address = shlex.quote(address)
+    return (f"  follow it:   {ray_cli} job logs -f {job_id} --address {address}\n"
+            f"  status:      atoll status {shell_path(run_dir)}      (on the driver's node)\n"
+            f"  stop it:     {ray_cli} job stop {job_id} --address {address}   (commits, then stops)\n"
+            f"  continue:    atoll submit --resume {shlex.quote(run_dir)} --address {address}")
 
 
 def cmd_jobs(args) -> int:

@@ -4,6 +4,7 @@ The head runs in a temp dir of its own and is stopped by killing the processes t
 that dir (never `ray stop`, which would stop every Ray on the machine).
 """
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -131,6 +132,29 @@ def test_the_printed_stop_hint_stops_the_job_which_commits_and_says_to_submit_it
     assert f"(resume with: atoll submit --resume {run_dir} --address" in logs.stdout  # said as it started
     status = atoll(tmp_path, "status", run_dir)
     assert "interrupted" in status.stdout and _count(run_dir) >= 2  # everything finished was committed
+
+
+def test_the_printed_hints_work_as_pasted_whatever_the_run_directory_is_called(head, tmp_path):
+    """The run directory's name goes into the job's id: a space, `?` or `#` in it made hints that a
+    shell took apart and a job id that Ray's URLs cut short ("Job atoll-b does not exist")."""
+    odd = "/tmp/no such run?#1"  # not a run: the job fails at once, which is all the hints need
+    out = atoll(tmp_path, "submit", "--resume", odd, "--address", head, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    hints = dict(line.strip().split(":", 1) for line in out.stdout.splitlines() if line.startswith("  "))
+    logs = _shell(hints["follow it"])  # as printed: follows until the job ends
+    assert logs.returncode == 0 and f"{odd} is not a run directory" in logs.stdout, logs.stdout + logs.stderr
+    assert odd in shlex.split(hints["continue"]) and odd in shlex.split(hints["status"].split("(")[0])
+
+
+def test_the_continue_hint_sends_the_drivers_home_not_this_machines():
+    """`~/` in a run directory is the driver node's home: pasted here, the hint must not let this shell
+    expand it to this user's home (the head's user is often another)."""
+    from controller.submit import hints
+
+    lines = dict(line.strip().split(":", 1) for line in hints("j", "~/runs/r 1", "http://h:8265", "ray").splitlines())
+    said = _shell(f"printf '%s\\n' {lines['continue'].strip()}").stdout.splitlines()
+    assert said == ["atoll", "submit", "--resume", "~/runs/r 1", "--address", "http://h:8265"]
+    assert lines["status"].split("(")[0].split() == ["atoll", "status", "~/'runs/r", "1'"]  # the driver's shell expands it
 
 
 def _shell(command: str) -> subprocess.CompletedProcess:
