@@ -21,6 +21,7 @@ import os
 import re
 import shlex
 import shutil
+import sys
 import tempfile
 import time
 import tomllib
@@ -374,7 +375,12 @@ def cmd_submit(args) -> int:
     console.print(hints(job_id, run_dir, address, ray_cli), soft_wrap=True, markup=False)
     if not args.wait:
         return 0
-    status = follow(address, job_id)
+    try:
+        status = follow(address, job_id)
+    except KeyboardInterrupt:  # the job is the cluster's: a Ctrl-C here stops only the printing
+        print(f"atoll submit: stopped following job {job_id}, which goes on running on the cluster; follow it "
+              "again or stop it as printed above", file=sys.stderr)
+        return 130
     console.print(f"atoll job {job_id} {status}", soft_wrap=True)
     return 0 if status == "SUCCEEDED" else 1
 

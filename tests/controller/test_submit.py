@@ -6,6 +6,7 @@ that dir (never `ray stop`, which would stop every Ray on the machine).
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -17,7 +18,7 @@ import psutil
 import pytest
 
 from store.query import run_query
-from tests.controller.runs import ROOT, atoll
+from tests.controller.runs import ROOT, atoll, kill_group, start, wait_for_evaluations
 from workers.llm.local_server import free_port
 
 CONFIG = "benchmarks/fixed_cost.toml"
@@ -155,6 +156,26 @@ def test_the_continue_hint_sends_the_drivers_home_not_this_machines():
     said = _shell(f"printf '%s\\n' {lines['continue'].strip()}").stdout.splitlines()
     assert said == ["atoll", "submit", "--resume", "~/runs/r 1", "--address", "http://h:8265"]
     assert lines["status"].split("(")[0].split() == ["atoll", "status", "~/'runs/r", "1'"]  # the driver's shell expands it
+
+
+def test_a_ctrl_c_while_waiting_stops_the_printing_and_says_the_job_goes_on(head, tmp_path):
+    """It said "stopped ...; what was committed before stays", as if the run had stopped: it had not."""
+    run_dir = tmp_path / "run"
+    proc = start(tmp_path, "submit", CONFIG, "--address", head, "--run-dir", run_dir, "--max-evals", 100000,
+                 "--set", "evaluator.actors=1", "--no-report", "--wait")
+    try:
+        wait_for_evaluations(run_dir, 1, proc)  # the job runs, and the client prints its output
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        kill_group(proc)
+    assert proc.returncode == 130 and err.strip().count("\n") == 0, err
+    job = out.split("submitted job ", 1)[1].split()[0]
+    assert f"stopped following job {job}, which goes on running on the cluster" in err
+    jobs = atoll(tmp_path, "jobs", "--address", head)
+    assert any(job in line and "RUNNING" in line for line in jobs.stdout.splitlines()), jobs.stdout
+    hints = dict(line.strip().split(":", 1) for line in out.splitlines() if line.startswith("  "))
+    assert _shell(hints["stop it"].split("(")[0]).returncode == 0
 
 
 def _shell(command: str) -> subprocess.CompletedProcess:
