@@ -47,30 +47,37 @@ class Pending(dict):
     def __init__(self):
         super().__init__()
         self.kinds: Counter = Counter()
+        self.sent: dict = {}  # ref -> when it was sent (time.time()): was its actor already dead then?
 
     def __setitem__(self, ref, job) -> None:
         if ref in self:
             self.kinds[self[ref][0]] -= 1
+        else:
+            self.sent[ref] = time.time()
         super().__setitem__(ref, job)
         self.kinds[job[0]] += 1
 
     def __delitem__(self, ref) -> None:
         self.kinds[self[ref][0]] -= 1
+        self.sent.pop(ref, None)
         super().__delitem__(ref)
 
     def pop(self, ref, *default):
         if ref in self:
             self.kinds[self[ref][0]] -= 1
+            self.sent.pop(ref, None)
         return super().pop(ref, *default)
 
     def popitem(self):
         ref, job = super().popitem()
         self.kinds[job[0]] -= 1
+        self.sent.pop(ref, None)
         return ref, job
 
     def clear(self) -> None:
         super().clear()
         self.kinds.clear()
+        self.sent.clear()
 
     def count(self, kind: str | None = None) -> int:
         return len(self) if kind is None else self.kinds[kind]

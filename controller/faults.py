@@ -4,7 +4,8 @@ Lost actors. Ray runs one caller's tasks on an actor one at a time, in the order
 they were submitted, so when an actor dies, the oldest of its unfinished jobs is
 the one it was running. Only that job is charged with the death; the jobs queued
 behind it never started and are requeued as they were, and jobs that finished
-before the death keep their results. A job charged more than `retries` times is
+before the death keep their results. Nor is a job sent once Ray had the actor as dead
+(one that died idle, as with its node) charged: it never ran there. A job charged more than `retries` times is
 given up: an evaluation is stored FAILED with the reason, a mutation request is
 dropped. The search loop and the held-out report both decide through `Deaths`.
 
@@ -72,20 +73,55 @@ class Triage:
                 "requeued": [keys[ref] for ref in self.retry], "error": str(error)[-500:]}
 
 
-def triage(keys: dict, deaths: Deaths, job: str = "evaluation", actor: str = "evaluator") -> Triage:
-    """Sort a dead actor's jobs (ref -> the job's key, in submission order) and charge the running one."""
+def triage(keys: dict, deaths: Deaths, job: str = "evaluation", actor: str = "evaluator",
+           unstarted: set = frozenset()) -> Triage:
+    """Sort a dead actor's jobs (ref -> the job's key, in submission order) and charge the running one:
+    the oldest unfinished job, among those not `unstarted` (sent once the actor was dead, see
+    `sent_after_death`); when every unfinished job is such, none is charged."""
     out = Triage()
     lost = []
     for ref in keys:
         (out.finished if _finished(ref) else lost).append(ref)
-    if not lost:
+    started = [ref for ref in lost if ref not in unstarted]
+    if not started:
+        out.retry = lost
         return out
-    out.running, out.retry = lost[0], lost[1:]
+    out.running = started[0]
+    out.retry = [ref for ref in lost if ref is not out.running]
     if deaths.charge(keys[out.running]):
         out.retry.insert(0, out.running)
     else:
         out.given_up, out.reason = out.running, deaths.reason(keys[out.running], job, actor)
     return out
+
+
+# A job counts as sent after its actor's death only this long after the death Ray recorded: the
+# record is in the head's clock, the sending in the driver's (the same clock for a Ray job's driver).
+CLOCKS_S = 2.0
+
+
+def sent_after_death(actor, sent: dict) -> set:
+    """The refs among `sent` (ref -> when the driver sent it) sent after Ray's GCS had `actor` as dead.
+
+    They never ran on it: an actor that died idle (its node was lost between two jobs) is found
+    dead only by the next job sent to it, the oldest unfinished, which would be charged with a
+    death it did not cause (and with `controller.actor_death_retries` spent, stored FAILED).
+    None where Ray cannot say when the actor died.
+    """
+    died = death_time(actor)
+    if died is None:
+        return set()
+    return {ref for ref, at in sent.items() if at is not None and at > died + CLOCKS_S}
+
+
+def death_time(actor) -> float | None:
+    """When Ray's GCS recorded `actor`'s death (seconds since the epoch); None if not dead or unknown."""
+    try:
+        info = ray._private.state.actors(actor._actor_id.hex())
+    except Exception:  # noqa: BLE001  Ray's private table: without it, every job is charged as before
+        return None
+    end = info.get("EndTime") if isinstance(info, dict) and info.get("State") == "DEAD" else None
+    return end / 1000 if end else None
 
 
 def _finished(ref) -> bool:

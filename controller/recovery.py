@@ -18,14 +18,20 @@ class LostActors:
     """Mixed into `controller.loop.Search`: its `pending` jobs, actors and result handlers."""
 
     def _actor_lost(self, kind: str, actor: int, exc: RayActorError) -> None:
-        """Keep what the dead actor finished, charge the job it was running, requeue the rest, replace it."""
+        """Keep what the dead actor finished, charge the job it was running, requeue the rest, replace it.
+
+        A job sent once Ray had the actor as dead (an evaluator of a lost node that sat idle) never
+        ran there: it is requeued uncharged, as the jobs queued behind the running one are."""
         mutating = kind == "mutate"
         jobs = {ref: job[:2] for ref, job in self.pending.items() if job[2] == actor and (job[0] == "mutate") == mutating}
+        dead = (self.mutators if mutating else self.evaluators)[actor]
+        unstarted = faults.sent_after_death(dead, {ref: self.pending.sent.get(ref) for ref in jobs})
         for ref in jobs:
             del self.pending[ref]
         self._replace(mutating, actor)
         keys = {ref: _job_id(*job) for ref, job in jobs.items()}
-        fate = faults.triage(keys, self.deaths, *(("mutation request", "mutator") if mutating else ()))
+        fate = faults.triage(keys, self.deaths, *(("mutation request", "mutator") if mutating else ()),
+                             unstarted=unstarted)
         for ref in fate.finished:
             self._deliver(*jobs[ref], self._value(ref, *jobs[ref]))
         self.events.append(("actor-lost", fate.event("mutator" if mutating else "evaluator", actor, keys, exc)))

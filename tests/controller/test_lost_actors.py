@@ -15,7 +15,7 @@ import ray
 from rich.console import Console
 
 from controller.config import validate
-from controller.faults import Deaths
+from controller.faults import CLOCKS_S, Deaths, death_time
 from controller.loop import Search, new_id
 from controller.report import heldout_report
 from evaluators.registry import get_domain
@@ -120,6 +120,42 @@ def test_an_evaluation_that_kills_its_evaluator_is_retried_once_then_stored_fail
     lost = _events(archive, "actor-lost")
     assert [e["running"] for e in lost] == [f"search:{search.killer.program_id}"] * 2
     assert [e["given_up"] for e in lost] == [False, True]
+
+
+class IdleDeaths(Search):
+    """Both evaluators die while idle, right after the seed's result (as on a node lost between two
+    jobs), and Ray has them as dead before the next job is sent to them."""
+
+    def _on_eval(self, candidate, result):
+        super()._on_eval(candidate, result)
+        if candidate.mutator == "seed":
+            for actor in self.evaluators:
+                os.kill(ray.get(actor.__ray_call__.remote(lambda actor: os.getpid())), signal.SIGKILL)
+            for actor in self.evaluators:
+                _until_dead(actor)
+
+
+def _until_dead(actor, limit: float = 60) -> None:
+    """Until Ray's GCS has the actor as dead, and long enough since for any clock (`faults.CLOCKS_S`)."""
+    deadline = time.monotonic() + limit
+    while (died := death_time(actor)) is None or time.time() <= died + CLOCKS_S:
+        assert time.monotonic() < deadline, "Ray did not see the actor's death"
+        time.sleep(0.05)
+
+
+def test_a_job_sent_to_an_evaluator_already_dead_is_not_charged_with_its_death(ray_cluster, archive, tmp_path):
+    """The job never ran there: it is sent again uncharged. It was charged as if it had killed the
+    evaluator, and with `actor_death_retries = 0` (or after two such idle actors) stored FAILED."""
+    config = _config(6).model_copy(update={"controller": _config(6).controller.model_copy(
+        update={"actor_death_retries": 0})})
+    archive.create_run("r1", config.model_dump(mode="json"))
+    search = IdleDeaths(config, archive, "r1", tmp_path, secrets=SECRETS)
+    assert _run(search) == "completed"
+    rows = _search_rows(archive)
+    assert len(rows) == len({pid for pid, _, _ in rows}) == 6
+    assert [status for _, status, _ in rows] == ["OK"] * 6, rows
+    lost = _events(archive, "actor-lost")
+    assert lost and all(e["running"] is None and e["requeued"] for e in lost), lost
 
 
 def test_deaths_charge_each_job_and_give_up_past_the_retries():
