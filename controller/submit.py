@@ -21,6 +21,7 @@ import os
 import re
 import shlex
 import shutil
+import socket
 import sys
 import tempfile
 import time
@@ -55,19 +56,55 @@ def address_of(given: str | None) -> str:
 
 
 def client(address: str):
-    """A JobSubmissionClient for `address`; no answer, or a refused token, is one line."""
+    """A JobSubmissionClient for `address`; no answer, or a refused token, is one line.
+
+    HOST:PORT without a scheme is tried first as the job server's own address (http://HOST:PORT):
+    Ray alone reads it as a GCS's, so the dashboard's port given without `http://` waited some
+    40 s, printed four lines of Ray's own and was then refused as if no job server answered there.
+    Where nothing answers that way, it goes to Ray as given (a GCS's address, e.g. HEAD:6379, from
+    which Ray finds the job server), unless nothing listens there at all.
+    """
     _token_auth_if_token_found()
     from ray.job_submission import JobSubmissionClient
 
+    first = None
+    for form in ([f"http://{address}", address] if _bare(address) else [address]):
+        try:
+            return JobSubmissionClient(form)
+        except Exception as exc:  # noqa: BLE001  ConnectionError, ValueError, an HTTP error: all one line
+            first = first or exc
+            if _token_refused(exc) or not _listens(address):
+                break
+    raise UserError(f"--address {address}: {_why(first)}") from None
+
+
+def served_at(jobs, given: str) -> str:
+    """The job server's own address (http://...) that the client `jobs` for `given` found (see `client`)."""
+    return getattr(jobs, "_address", None) or given
+
+
+def _bare(address: str) -> bool:
+    """HOST:PORT with no scheme."""
+    return re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[^/:\[\]]+):\d{1,5}", address) is not None
+
+
+def _listens(address: str) -> bool:
+    """Whether anything accepts a connection at HOST:PORT."""
+    host, _, port = address.rpartition(":")
     try:
-        return JobSubmissionClient(address)
-    except Exception as exc:  # noqa: BLE001  ConnectionError, ValueError, an HTTP error: all one line
-        raise UserError(f"--address {address}: {_why(exc)}") from None
+        socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def _token_refused(exc: Exception) -> bool:
+    text = str(exc)
+    return "authentication" in text.lower() or "401" in text or "403" in text
 
 
 def _why(exc: Exception) -> str:
-    text = str(exc)
-    if "authentication" in text.lower() or "401" in text or "403" in text:
+    if _token_refused(exc):
         return ("the cluster refused this client's token; put the head node's ~/.ray/auth_token in the same "
                 "place here, or set RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH)")
     return ("no Ray cluster's job server answers there; start one with `ray start --head` (its dashboard serves "
@@ -249,12 +286,13 @@ def entrypoint(args, config, shipped_config: str | None) -> tuple[str, str]:
     return " ".join(words), run_dir
 
 
-def submit(args, config) -> tuple[str, str]:
-    """Submit the job; returns (job id, run directory)."""
+def submit(args, config) -> tuple[str, str, str]:
+    """Submit the job; returns (job id, run directory, the job server's address as Ray's command takes it)."""
     config_path = None if args.resume else Path(args.config)
     with working_dir(config_path, None if args.resume else config.domain.path) as (folder, shipped_config):
         command, run_dir = entrypoint(args, config, shipped_config)
         jobs = client(address_of(args.address))
+        address = served_at(jobs, address_of(args.address))
         try:
             job_id = _submit_when_an_agent_is_up(
                 jobs, entrypoint=command, submission_id=submission_id(run_dir),
@@ -262,9 +300,9 @@ def submit(args, config) -> tuple[str, str]:
                              "env_vars": {"RAY_JOB_STOP_WAIT_TIME_S": str(STOP_WAIT_S)}},
                 metadata={METADATA_KEY: run_dir, "atoll_command": "resume" if args.resume else "run"})
         except Exception as exc:  # noqa: BLE001  the job server refused it (HTTP error text), one line
-            raise UserError(f"the cluster at {address_of(args.address)} refused the job: "
+            raise UserError(f"the cluster at {address} refused the job: "
                             f"{(str(exc).strip().splitlines() or [type(exc).__name__])[-1]}") from None
-    return job_id, run_dir
+    return job_id, run_dir, address
 
 
 def submission_id(run_dir: str) -> str:
@@ -364,10 +402,9 @@ def cmd_submit(args) -> int:
                         "--set ...")
     config = None if args.resume else load_config(args.config, args.set)[0]  # a bad config stops here
     notes = [] if args.resume else check_data(Path(args.config), data_files(Path(args.config), args.set, config))
-    address = address_of(args.address)
     ray_cli = ray_command()
     quiet_packaging()
-    job_id, run_dir = submit(args, config)
+    job_id, run_dir, address = submit(args, config)
     for note in notes:
         console.print(note, soft_wrap=True)
     console.print(f"atoll submitted job {job_id} to {address}; its run directory on the driver's node: "

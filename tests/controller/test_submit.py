@@ -178,6 +178,20 @@ def test_a_ctrl_c_while_waiting_stops_the_printing_and_says_the_job_goes_on(head
     assert _shell(hints["stop it"].split("(")[0]).returncode == 0
 
 
+def test_the_job_servers_address_without_its_scheme_is_the_job_server(head, tmp_path):
+    """HEAD:8265 without http://: Ray alone reads it as a GCS's address, and it took some 40 s, four
+    lines of Ray's own and then "no Ray cluster's job server answers there", where one did."""
+    bare = head.removeprefix("http://")
+    jobs = atoll(tmp_path, "jobs", "--address", bare, timeout=60)
+    assert jobs.returncode == 0 and not jobs.stderr and "run directory" in jobs.stdout, jobs.stderr
+    out = atoll(tmp_path, "submit", "--resume", "/tmp/no-run", "--address", bare, timeout=60)
+    assert out.returncode == 0 and "job logs -f atoll-no-run-" in out.stdout, out.stdout + out.stderr
+    assert f"--address {head}" in out.stdout  # the hints give Ray's command the form it reads as meant
+    nothing = atoll(tmp_path, "jobs", "--address", "127.0.0.1:9", timeout=60)  # nothing listens: at once
+    assert nothing.returncode == 2 and nothing.stderr.strip().count("\n") == 0, nothing.stderr
+    assert "no Ray cluster's job server answers there" in nothing.stderr
+
+
 def _shell(command: str) -> subprocess.CompletedProcess:
     """`command` in a shell whose environment has no RAY_AUTH_MODE, with this Python's `ray` first on PATH."""
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
