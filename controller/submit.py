@@ -216,6 +216,27 @@ def check_data(config_path: Path, files: list[tuple[str, str, Path]]) -> list[st
     return notes
 
 
+def check_keys(config_path: Path, config) -> None:
+    """Refuse an API key file that would travel with the job: `atoll submit` sends no key.
+
+    The driver reads `api_key_file` on its node. A relative path is read in Ray's copy of the
+    folder that travels with the job, so the key would have to be in that folder; a file of that
+    folder travels, and Ray keeps the job's files in the cluster's store, for every job to read.
+    """
+    folder = travelling_folder(config_path)
+    for cfg in config.mutator.llm.models if config.mutator.llm else ():
+        file = getattr(cfg, "api_key_file", None)
+        if file is None:
+            continue
+        relative = not str(file).startswith(("/", "~"))
+        if relative or (_inside(file.expanduser(), folder) and file.expanduser().exists()):
+            where = "is relative: the job would read it in its copy of" if relative else "lies in"
+            raise UserError(f"mutator.llm model {cfg.name!r}: api_key_file {file} {where} {folder}, the folder that "
+                            f"travels to the cluster with the job, where Ray keeps its files: the key must not "
+                            f"travel. Name the key file on the driver's node by an absolute path or one under ~/ "
+                            f"(e.g. ~/.config/atoll/key), outside that folder")
+
+
 @contextlib.contextmanager
 def working_dir(config_path: Path | None, domain_path: str | None):
     """(the folder that travels as the job's working directory, the config's path in it).
@@ -402,6 +423,8 @@ def cmd_submit(args) -> int:
                         "--set ...")
     config = None if args.resume else load_config(args.config, args.set)[0]  # a bad config stops here
     notes = [] if args.resume else check_data(Path(args.config), data_files(Path(args.config), args.set, config))
+    if not args.resume:
+        check_keys(Path(args.config), config)
     ray_cli = ray_command()
     quiet_packaging()
     job_id, run_dir, address = submit(args, config)

@@ -307,6 +307,25 @@ def test_a_config_of_ones_own_outside_atolls_folder_runs_as_a_job(head, tmp_path
     assert not list(Path(tempfile.gettempdir()).glob("atoll-job-*")), "the folder made for the job is removed"
 
 
+@pytest.mark.parametrize("written", ["key.txt", "{mine}/key.txt"])
+def test_an_api_key_file_that_would_travel_with_the_job_is_refused_before_anything_is_sent(tmp_path, written):
+    """A key file beside the config went to the cluster in the job's folder, kept in Ray's store; a
+    relative path could be read there only so. Refused in one line; a path outside the folder is sent."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "key.txt").write_text("sk-test-not-a-real-key\n")
+    text = (ROOT / "configs" / "inventory_api.toml").read_text()
+    config = mine / "api.toml"
+    config.write_text(text.replace('api_key_env = "ATOLL_API_KEY"', f'api_key_file = "{written.format(mine=mine)}"'))
+    out = atoll(tmp_path, "submit", config, "--address", "http://127.0.0.1:9", timeout=60)
+    assert out.returncode == 2 and out.stderr.strip().count("\n") == 0, out.stderr
+    assert "mutator.llm model 'hosted': api_key_file" in out.stderr and "the key must not travel" in out.stderr
+    (tmp_path / "key.txt").write_text("sk-test-not-a-real-key\n")
+    config.write_text(text.replace('api_key_env = "ATOLL_API_KEY"', f'api_key_file = "{tmp_path / "key.txt"}"'))
+    out = atoll(tmp_path, "submit", config, "--address", "http://127.0.0.1:9", timeout=60)
+    assert out.returncode == 2 and "no Ray cluster's job server answers there" in out.stderr, out.stderr
+
+
 def test_a_config_folder_too_big_to_send_is_refused_before_anything_is_sent(tmp_path, monkeypatch):
     from controller import submit
 
