@@ -346,7 +346,11 @@ def _submit_when_an_agent_is_up(jobs, **job) -> str:
 
 
 def follow(address: str, job_id: str) -> str:
-    """Print the job's logs as they come until it ends; returns its final status."""
+    """Print the job's logs as they come until it ends; returns its final status.
+
+    A job server lost meanwhile (its head stopped, the network cut) is one line: the job may be
+    gone with it or still running, and the run directory keeps what was committed either way.
+    """
     import asyncio
 
     jobs = client(address)
@@ -354,12 +358,18 @@ def follow(address: str, job_id: str) -> str:
     async def tail():
         async for lines in jobs.tail_job_logs(job_id):
             print(lines, end="", flush=True)
-    asyncio.run(tail())
-    for _ in range(100):  # the log stream ends a moment before the status is final
-        status = str(jobs.get_job_status(job_id).value)
-        if status in ("SUCCEEDED", "FAILED", "STOPPED"):
-            return status
-        time.sleep(0.1)
+    try:
+        asyncio.run(tail())
+        for _ in range(100):  # the log stream ends a moment before the status is final
+            status = str(jobs.get_job_status(job_id).value)
+            if status in ("SUCCEEDED", "FAILED", "STOPPED"):
+                return status
+            time.sleep(0.1)
+    except Exception as exc:  # noqa: BLE001  the SDK's RuntimeError, aiohttp's or requests' connection errors
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
+        raise UserError(f"lost the job server at {address} while following job {job_id} ({reason}); once it "
+                        f"answers again, `atoll jobs --address {address}` says what became of the job "
+                        "(what it committed stays in its run directory)") from None
     return status
 
 

@@ -3,6 +3,7 @@
 The head runs in a temp dir of its own and is stopped by killing the processes that name
 that dir (never `ray stop`, which would stop every Ray on the machine).
 """
+import contextlib
 import os
 import shlex
 import shutil
@@ -28,6 +29,13 @@ RAY = [sys.executable, "-m", "ray.scripts.scripts"]  # the `ray` command of this
 @pytest.fixture(scope="module")
 def head():
     """A one-node cluster from `ray start --head`, its job server on a free loopback port; yields that address."""
+    with ray_head() as (address, _):
+        yield address
+
+
+@contextlib.contextmanager
+def ray_head():
+    """(the job server's address, the temp dir whose processes `_stop` kills) of a fresh `ray start --head`."""
     temp = tempfile.mkdtemp(prefix="rs", dir="/tmp")
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
     # Every port of its own: a Ray the test session started earlier (in this process) holds the defaults,
@@ -41,7 +49,7 @@ def head():
                          env=env, capture_output=True, text=True, timeout=120, check=False)
     try:
         assert out.returncode == 0, out.stdout + out.stderr
-        yield f"http://127.0.0.1:{ports[1]}"
+        yield f"http://127.0.0.1:{ports[1]}", temp
     finally:
         _stop(temp)
         shutil.rmtree(temp, ignore_errors=True)
@@ -190,6 +198,24 @@ def test_the_job_servers_address_without_its_scheme_is_the_job_server(head, tmp_
     nothing = atoll(tmp_path, "jobs", "--address", "127.0.0.1:9", timeout=60)  # nothing listens: at once
     assert nothing.returncode == 2 and nothing.stderr.strip().count("\n") == 0, nothing.stderr
     assert "no Ray cluster's job server answers there" in nothing.stderr
+
+
+def test_a_job_server_lost_while_waiting_is_one_line(tmp_path):
+    """Its head stopped while `--wait` printed the job's output: a traceback ("WebSocket connection closed
+    unexpectedly")."""
+    run_dir = tmp_path / "run"
+    with ray_head() as (address, temp):
+        proc = start(tmp_path, "submit", CONFIG, "--address", address, "--run-dir", run_dir, "--max-evals", 100000,
+                     "--set", "evaluator.actors=1", "--no-report", "--wait")
+        try:
+            wait_for_evaluations(run_dir, 1, proc)  # the job runs, and the client prints its output
+            _stop(temp)
+            _, err = proc.communicate(timeout=60)
+        finally:
+            kill_group(proc)
+    assert proc.returncode == 2 and err.strip().count("\n") == 0, err
+    assert f"lost the job server at {address} while following job atoll-run-" in err
+    assert f"`atoll jobs --address {address}` says what became of the job" in err
 
 
 def _shell(command: str) -> subprocess.CompletedProcess:
