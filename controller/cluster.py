@@ -25,6 +25,8 @@ from ray.exceptions import RayError
 
 from controller import faults
 from controller.actors import where
+from controller.cli import UserError
+from controller.submit import resume_command
 
 
 def _probe(_evaluator) -> tuple[str, str]:
@@ -160,10 +162,17 @@ class EvaluatorPool:
         self._drain_backlog()
 
     def _start_failed(self, slot: int, exc: Exception) -> None:
-        """An actor died before it was ready (its node was lost, or its constructor raised)."""
+        """An actor died before it was ready (its node was lost, or its constructor raised).
+
+        Too many such deaths end the run in one line, with the last one's cause and where it was
+        raised: most often a node that lacks what the domain needs (a package, a data file), which
+        is the user's to fix, not a traceback of Atoll's."""
         self.start_failures += 1
         if self.start_failures > 3 + 2 * len(self.evaluators):
-            raise RuntimeError(f"evaluator actors keep dying before they are ready: {str(exc)[-500:]}")
+            raise UserError(f"evaluator actors keep dying before they are ready ({self.start_failures} so far; the "
+                            f"last: {faults.task_error(exc)}): every node that runs evaluators needs what the domain "
+                            f"needs (its packages, its files); once they have it, continue with: "
+                            f"{resume_command(self.run_dir)}")
         self._replace_evaluator(slot)
 
     def _maybe_scale(self) -> None:

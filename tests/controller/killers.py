@@ -30,6 +30,16 @@ class KillingEvaluator(Evaluator):
 KillingEvaluatorActor = ray.remote(**EVALUATOR_OPTIONS)(KillingEvaluator)
 
 
+class UnbuildableEvaluator(Evaluator):
+    """The real evaluator on a node that lacks a package its domain imports: its constructor raises."""
+
+    def __init__(self, *args, **kwargs):
+        raise ImportError("No module named 'pyscipopt'")
+
+
+UnbuildableEvaluatorActor = ray.remote(**EVALUATOR_OPTIONS)(UnbuildableEvaluator)
+
+
 def killing_evaluator(config, hide=(), secrets=None):
     """Built like `controller.actors.new_evaluator`, with the same Ray options."""
     return KillingEvaluatorActor.remote(config.domain, {}, config.evaluator.sandbox, hide, secrets)

@@ -14,6 +14,7 @@ import pytest
 import ray
 from rich.console import Console
 
+from controller.cli import UserError
 from controller.config import validate
 from controller.faults import CLOCKS_S, Deaths, death_time
 from controller.loop import Search, new_id
@@ -22,7 +23,11 @@ from evaluators.registry import get_domain
 from evaluators.secrets import RunSecrets
 from store.duckdb_archive import DuckDBArchive
 from store.records import Candidate, EvalResult, Status
-from tests.controller.killers import KILL_MARK, killing_evaluator
+from tests.controller.killers import (
+    KILL_MARK,
+    UnbuildableEvaluatorActor,
+    killing_evaluator,
+)
 from tests.tiny import TINY_INVENTORY
 
 
@@ -156,6 +161,26 @@ def test_a_job_sent_to_an_evaluator_already_dead_is_not_charged_with_its_death(r
     assert [status for _, status, _ in rows] == ["OK"] * 6, rows
     lost = _events(archive, "actor-lost")
     assert lost and all(e["running"] is None and e["requeued"] for e in lost), lost
+
+
+class NodesLacking(Search):
+    """Every evaluator lands where the domain's package is missing: none ever becomes ready."""
+
+    def _new_evaluator(self):
+        return UnbuildableEvaluatorActor.remote(self.config.domain, {}, self.config.evaluator.sandbox, self.hide,
+                                                self.secrets)
+
+
+def test_evaluators_that_keep_dying_before_they_are_ready_end_the_run_in_one_line(ray_cluster, archive, tmp_path):
+    """It was a RuntimeError, so a traceback, that ended in the last 500 characters of Ray's (begun mid-line)."""
+    config = _config(4).model_copy(update={"evaluator": _config(4).evaluator.model_copy(update={"actors": 1})})
+    archive.create_run("r1", config.model_dump(mode="json"))
+    with pytest.raises(UserError) as refused:
+        _run(NodesLacking(config, archive, "r1", tmp_path, secrets=SECRETS))
+    said = str(refused.value)
+    assert "\n" not in said and said.startswith("evaluator actors keep dying before they are ready (6 so far; the "
+                                                "last: ImportError: No module named 'pyscipopt' (killers.py, line")
+    assert said.endswith(f"once they have it, continue with: atoll resume {tmp_path}")
 
 
 def test_deaths_charge_each_job_and_give_up_past_the_retries():
