@@ -99,7 +99,7 @@ class RunMemory:
         self.parent_code: dict[str, str] = {}  # in-flight child id -> its parent's code (skill learning)
         self.variant_of: dict[str, str] = {}  # in-flight LLM child id -> the prompt variant it was asked with
         self.pending = {"skills": [], "uses": []}
-        self.last_flush, self.flush_error = 0.0, ""
+        self.last_flush, self.flush_error, self.unwritable = 0.0, "", False
         self.notices: list[str] = []  # lines for stderr during the run (controller.progress)
         self.backup_failed, self.backup_retry_at = False, 0.0
         # the library's backups also copied off this machine (controller.backup_dir), as the run's are
@@ -292,13 +292,26 @@ class RunMemory:
         try:  # the search waits meanwhile: a busy library is tried again at a later commit point
             self.library.transaction(write, None if force else min(self.memory.busy_timeout_s, _FLUSH_PATIENCE_S))
         except LibraryError as exc:
-            self.flush_error = str(exc)
+            self._write_failed(exc)
             return
-        self.flush_error = ""
+        if self.unwritable:
+            self.notices.append(f"atoll: the library is written again ({self.library.path})")
+        self.flush_error, self.unwritable = "", False
         del self.pending["skills"][:len(skills)], self.pending["uses"][:len(uses)]
         if self.variants is not None:
             del self.variants.pending[:len(variant_uses)]
         self._back_up_when_due()
+
+    def _write_failed(self, exc: LibraryError) -> None:
+        """A write during the run that failed: kept for the next one. A library that cannot be written
+        (a full disk, a damaged file, no permission) is said once, as it happens, not first at the run's
+        end; a busy one (another run writing) is not: it is the library's ordinary state."""
+        self.flush_error = str(exc)
+        if isinstance(exc, LibraryBusy) or self.unwritable:
+            return
+        self.unwritable = True
+        self.notices.append(f"atoll: the library cannot be written ({exc}); the run goes on, its archive keeps "
+                            "everything, and what it learned is sent at a later write")
 
     def _back_up_when_due(self) -> None:
         """Copy the library to its backup once that is `memory.backup_every_s` old, at a write during the

@@ -20,6 +20,7 @@ from store import library_records as records
 from store.duckdb_archive import DuckDBArchive
 from store.library import Library, default_path
 from store.records import Candidate, EvalResult, MutationRequest, Status
+from tests.disks import small_disk
 from tests.tiny import TINY_INVENTORY
 from workers.ast_ops import OPERATORS, Motif, OpContext
 
@@ -125,6 +126,33 @@ def test_writes_wait_out_a_busy_library_and_are_sent_at_the_next_commit_point(ar
     assert memory.flush_error == "" and memory.pending["uses"] == []
     uses = Library(default_path()).transaction(lambda con: con.execute("SELECT count(*) FROM skill_uses").fetchall())
     assert uses == [(1,)]
+
+
+def test_a_library_that_cannot_be_written_is_said_once_as_it_happens_and_again_when_it_can(archive, tmp_path):
+    """A full disk under the library: the run heard of it first at its end (the failure was only kept);
+    now one notice as it happens, none while it lasts, and one when a write gets through again, with
+    what was kept for it sent then."""
+    with small_disk(tmp_path / "disk", "2m") as disk:
+        memory = RunMemory(_config(library=str(disk / "library.duckdb"), backup_every_s=0), archive, "r1",
+                           tmp_path / "run")  # (no backup: it wants more room than the disk has)
+        filler = disk / "filler"
+        with open(filler, "wb", buffering=0) as out, pytest.raises(OSError):
+            while True:
+                out.write(b"x" * 4096)
+        memory.pending["uses"].extend({"run_id": "r1", "program_id": f"k{i}", "skill_id": "sk", "parent_id": "seed",
+                                       "status": "OK", "success": True, "gain": 0.1} for i in range(2000))
+        for _ in range(3):
+            memory.flush(1, -0.9, force=True)
+        assert len(memory.notices) == 1, memory.notices
+        assert memory.notices[0].startswith("atoll: the library cannot be written (") and "\n" not in memory.notices[0]
+        assert "No space left on device" in memory.notices[0] and len(memory.pending["uses"]) == 2000
+        filler.unlink()
+        memory.flush(1, -0.9, force=True)
+        assert memory.notices[1:] == [f"atoll: the library is written again ({disk / 'library.duckdb'})"]
+        assert memory.pending["uses"] == [] and memory.flush_error == ""
+        uses = Library(disk / "library.duckdb").transaction(lambda con: con.execute(
+            "SELECT count(*) FROM skill_uses").fetchall())
+        assert uses == [(2000,)]
 
 
 def test_a_warm_start_plan_takes_elites_by_search_score_and_is_kept_for_a_resume(archive, tmp_path):
