@@ -138,7 +138,15 @@ def in_use(run_dir: Path, error: str) -> UserError:
 def check_free(run_dir: Path) -> None:
     """Refuse a directory that already holds a run (before anything starts)."""
     if (run_dir / ARCHIVE).exists():
-        raise UserError(f"{run_dir} already holds a run; continue it with: atoll resume {run_dir}")
+        raise _holds_a_run(run_dir)
+
+
+def _holds_a_run(run_dir: Path) -> UserError:
+    """The refusal of a run directory that holds a run: the way on is a resume, submitted again as a
+    Ray job where this driver is one (`atoll resume` there would run on the job's node, not the cluster)."""
+    from controller.submit import resume_command
+
+    return UserError(f"{run_dir} already holds a run; continue it with: {resume_command(run_dir)}")
 
 
 def claim(name: str, given: str | None, root: Path = Path("runs")) -> Path:
@@ -201,7 +209,7 @@ def create_archive(run_dir: Path, run_id: str, config: dict, text: str, setup=No
                 setup(archive)
         os.link(tmp, run_dir / ARCHIVE)  # fails if another driver got there first
     except FileExistsError:
-        raise UserError(f"{run_dir} already holds a run; continue it with: atoll resume {run_dir}") from None
+        raise _holds_a_run(run_dir) from None
     finally:
         tmp.unlink(missing_ok=True)
     return open_archive(run_dir)

@@ -35,7 +35,7 @@ def test_a_run_directory_that_cannot_be_made_is_one_line_naming_it(tmp_path):
     assert not (tmp_path / "new").exists()
 
 
-def test_the_archive_appears_with_its_run_and_only_once(tmp_path):
+def test_the_archive_appears_with_its_run_and_only_once(tmp_path, monkeypatch):
     abandoned = tmp_path / ".archive.duckdb.999999999.creating"  # a driver killed while creating it
     abandoned.write_text("")
     with rundir.create_archive(tmp_path, "r1", {"run": {"name": "x"}}, "") as archive:
@@ -43,6 +43,12 @@ def test_the_archive_appears_with_its_run_and_only_once(tmp_path):
     assert not abandoned.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["archive.duckdb"]
     with pytest.raises(UserError, match="already holds a run; continue it with: atoll resume"):
         rundir.create_archive(tmp_path, "r2", {"run": {"name": "x"}}, "")
+    # in a Ray job (`atoll submit`) the way on is a job again, not a resume on the job's node
+    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", "{}")
+    for refused in (lambda: rundir.check_free(tmp_path), lambda: rundir.create_archive(tmp_path, "r3", {}, "")):
+        with pytest.raises(UserError, match=f"already holds a run; continue it with: atoll submit --resume {tmp_path} "
+                                            "--address http://HEAD:8265"):
+            refused()
     with DuckDBArchive(tmp_path / "archive.duckdb", read_only=True) as archive:
         assert archive.latest_run_id() == "r1"
 
