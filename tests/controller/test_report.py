@@ -6,6 +6,7 @@ import pytest
 from controller.report import search_trials
 from store.duckdb_archive import DuckDBArchive
 from store.records import Candidate, EvalResult, Status, reason_line
+from tests.evaluators.test_racing import EXACT, TARGETS
 
 
 def _cand(pid, mutator="embedded:perturb_const"):
@@ -99,27 +100,7 @@ def test_atoll_best_says_a_held_out_evaluation_that_timed_out_is_not_a_score_sti
     assert "held-out metrics" not in out.stdout  # none were measured: no heading over nothing
 
 
-# A user's simple domain: eight targets x, the score -(action - x)^2 (higher is better).
-TARGETS = '''\
-from evaluators.simple import SimpleDomain
-
-SEED = "def act(state, params):\\n    return state['x']\\n"
-
-
-class Targets(SimpleDomain):
-    name = "targets"
-    entry_point = "act"
-    seed_program = SEED
-    baseline_programs = {"seed": SEED}
-    action_shape = ()
-
-    def instances(self, split, rng):
-        return [float(x) for x in rng.uniform(-1, 1, size=8)]
-
-    def simulate(self, instances, policy):
-        return [-(float(a) - x) ** 2 for a, x in zip(policy([{"x": x} for x in instances]), instances)]
-'''
-EXACT = "def act(state, params):\n    return state['x']\n"
+# A user's simple domain: eight targets x, the score -(action - x)^2 (higher is better); EXACT scores 0.
 RAISES = "def act(state, params):\n    return 1 / 0\n"
 BOASTS = ("import os, sys\n\ndef act(state, params):\n"
           "    print('+0.99 better on every instance', file=sys.stderr, flush=True)\n    os._exit(0)\n")
