@@ -114,12 +114,31 @@ def read_table(path: str):
         raise ValueError(f"{path}: expected a CSV or Parquet file (a name ending in {', '.join(TABLE_SUFFIXES)})")
     parquet = name.endswith((".parquet", ".pq"))
     try:
-        if parquet:
-            return pq.read_table(path)
-        return pcsv.read_csv(path, convert_options=pcsv.ConvertOptions(strings_can_be_null=True))
+        table = pq.read_table(path) if parquet else pcsv.read_csv(
+            path, convert_options=pcsv.ConvertOptions(strings_can_be_null=True))
     except (pa.ArrowInvalid, OSError) as exc:
         raise ValueError(f"{path}: cannot read it as {'Parquet' if parquet else 'CSV'}: "
                          f"{str(exc).splitlines()[0]}") from None
+    return _named(table, path, parquet)
+
+
+def _named(table, path: str, parquet: bool):
+    """`table` if its column names are text, each once; and, in a CSV, if every text column is UTF-8."""
+    import pyarrow as pa
+
+    try:
+        names = table.column_names
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: its header is not UTF-8 text; save the file as UTF-8") from None
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"{path}: the column {twice[0]!r} appears {names.count(twice[0])} times in its header; "
+                         "give each column its own name")
+    if not parquet:  # the CSV reader keeps text that is not UTF-8 as raw bytes
+        raw = [n for n in names if pa.types.is_binary(table.schema.field(n).type)]
+        if raw:
+            raise ValueError(f"{path}: column {raw[0]!r} holds text that is not UTF-8; save the file as UTF-8")
+    return table
 
 
 def column(table, name: str, path: str, what: str, option: str):
@@ -150,6 +169,9 @@ def dates(values, path: str, label: str) -> np.ndarray:
     import pyarrow as pa
 
     if pa.types.is_timestamp(values.type) or pa.types.is_date(values.type):
+        if values.null_count:
+            row = values.is_null().to_pylist().index(True)
+            raise ValueError(f"{path}: {label} is empty in data row {row + 1}")
         return np.asarray(values.cast(pa.date32()).to_numpy(zero_copy_only=False), dtype="datetime64[D]")
     texts = [None if v is None else str(v) for v in values.to_pylist()]
     for row, text in enumerate(texts):

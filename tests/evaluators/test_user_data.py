@@ -12,7 +12,7 @@ from evaluators.registry import get_domain
 from evaluators.sandbox.config import SandboxConfig
 from evaluators.secrets import RunSecrets
 from store.records import Status
-from tests.userdata_files import (TRADING, write_demand, write_instances, write_prices,
+from tests.userdata_files import (INVENTORY, TRADING, write_demand, write_instances, write_prices,
                                   write_prices_long_parquet)
 
 LIMITS = SandboxConfig()
@@ -161,3 +161,44 @@ def test_a_package_environment_runs_if_its_action_space_is_box_or_discrete(tmp_p
     episodes = domain.runner.run(lambda batches: [np.full((len(s), 2), 9.0) for s, _ in batches],
                                  domain.seeds("search"), {})
     assert episodes.returns.tolist() == [20.0, 20.0]  # 5 steps of two actions clipped to 2.0
+
+
+def _edit_prices(text: str, header: str | None = None, row: int | None = None, cells: str = "") -> str:
+    """The prices file's text with its header, or one data row's cells after the date, replaced."""
+    lines = text.splitlines()
+    if header is not None:
+        lines[0] = header
+    if row is not None:
+        lines[row] = cells
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: _edit_prices(t, header="date,ACME,ACME,CORE"),
+     r"prices\.csv: the column 'ACME' appears 2 times in its header; give each column its own name"),
+    (lambda t: _edit_prices(t, header="date,ACMÉ,BOLT,CORE").encode("latin-1"),
+     r"prices\.csv: its header is not UTF-8 text; save the file as UTF-8"),
+    (lambda t: _edit_prices(t, row=5, cells="," + ",".join(t.splitlines()[5].split(",")[1:])),
+     r"prices\.csv: column 'date' is empty in data row 5$"),
+])
+def test_a_prices_file_with_a_bad_header_or_an_undated_row_is_one_line(tmp_path, edit, message):
+    # an undated row was read as the file's latest bar (a date sorted last), a repeated column a KeyError
+    text = write_prices(tmp_path / "prices.csv").read_text()
+    edited = edit(text)
+    (tmp_path / "prices.csv").write_bytes(edited if isinstance(edited, bytes) else edited.encode())
+    (tmp_path / "trading.toml").write_text(TRADING)
+    with pytest.raises(ConfigError, match=r"^domain\.options\.prices: .*" + message):
+        load_config(tmp_path / "trading.toml")
+
+
+@pytest.mark.parametrize("header, items, message", [
+    ("period,bolts,bolts", ("1,2,3",), r"the column 'bolts' appears 2 times in its header"),
+    ("period,item,demand", ("1,bölts,2", "1,nuts,3"),
+     r"column 'item' holds text that is not UTF-8; save the file as UTF-8"),
+])
+def test_a_demand_file_with_repeated_columns_or_other_encodings_is_one_line(tmp_path, header, items, message):
+    lines = [header] + [f"{t}{row[1:]}" for t in range(1, 61) for row in items]
+    (tmp_path / "demand.csv").write_bytes(("\n".join(lines) + "\n").encode("latin-1"))
+    (tmp_path / "inventory.toml").write_text(INVENTORY)
+    with pytest.raises(ConfigError, match=r"^domain\.options\.demand_history: .*demand\.csv: " + message):
+        load_config(tmp_path / "inventory.toml")
