@@ -39,6 +39,9 @@ CASES = {
                            r"domain\.options\.demand_history: file .*demand\.csv does not exist"),
     "inventory: a negative demand": (INVENTORY, lambda d: _edit(d / "demand.csv", "\n3,nuts,", "\n3,nuts,-"),
                                      r"demand\.csv: item 'nuts' has a negative demand in period 3 \(-\d+\)"),
+    "inventory: a demand too large to count": (
+        INVENTORY, lambda d: _edit(d / "demand.csv", "\n3,nuts,", "\n3,nuts,1e2"),  # was read as a negative
+        r"item 'nuts' has a demand of more than 10\^12 units in period 3 \(1e\+2\d+\)"),
     "inventory: a gap": (INVENTORY, lambda d: _edit(d / "demand.csv", "\n3,nuts,", "\n3,screws,"),
                          r"item 'nuts' has no demand in period 3 \(write 0 for a period without demand\)"),
     "inventory: too few periods": (INVENTORY, lambda d: _rows(d / "demand.csv", 41),

@@ -24,6 +24,8 @@ from pydantic import Field, model_validator
 
 from evaluators.userdata import UserData, column, numbers, read_table
 
+MAX_DEMAND = 10 ** 12  # units per period: the simulation counts in int64, summed over up to 10^6 periods
+
 
 class DemandHistory(UserData):
     """Past demand per item (`[domain.options.demand_history]`, or just its path): CSV or Parquet."""
@@ -130,9 +132,11 @@ def _periods(values: list, path: str) -> tuple[list, np.ndarray]:
 
 
 def _counts(names, periods, demand: np.ndarray, path: str) -> np.ndarray:
-    """Demand as whole non-negative units; a gap, a negative or a fraction is one line naming the cell."""
+    """Demand as whole non-negative units; a gap, a negative, a fraction or a count too large for the
+    simulation's integers is one line naming the cell."""
     for test, what in ((np.isnan(demand), "no demand"), (demand < 0, "a negative demand"),
                        (np.isinf(demand), "an infinite demand"),
+                       (demand > MAX_DEMAND, "a demand of more than 10^12 units"),
                        (demand != np.rint(demand), "a demand that is not a whole number of units")):
         bad = np.argwhere(test)  # the gaps are refused first, so the later tests meet numbers only
         if len(bad):
