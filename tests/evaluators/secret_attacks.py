@@ -53,7 +53,8 @@ def _candidates(spec):
     for s in REPLAY_GUESSES:
         secrets = RunSecrets.fixed(s)
         rngs += [secrets.generator(split, "demand", purpose, key) for split, purpose in
-                 (("search", "tune"), ("validation", "tune"), ("heldout", "tune"), ("heldout", "measure"))]
+                 (("search", "tune"), ("validation", "tune"), ("heldout", "tune"),
+                  ("search", "measure"), ("validation", "measure"), ("heldout", "measure"))]
     rows = []
     for periods, count in _shapes():
         for rng_state in [r.bit_generator.state for r in rngs]:

@@ -10,11 +10,17 @@ secret (`evaluators.secrets`), so no candidate can regenerate it; one policy cal
 per period carries every instance at once (one batch each).
 
 A program is a policy class: its PARAMS are tuned by optuna on each instance's
-tuning trajectories, and it is scored against base-stock with S searched
-exhaustively by the trusted side on the same data. The validation split does
-the same on trajectories of the validation secret. The held-out split re-tunes
-on other instances (on tuning trajectories of the held-out secret) and measures
-on fresh trajectories with a longer horizon.
+tuning trajectories, then the tuned values are measured on fresh trajectories of
+the same split, against base-stock with S searched exhaustively by the trusted
+side on the tuning data and measured on the same fresh ones. The tuning rounds
+replay the same trajectories, and the candidate's process lives through all of
+them: a program that recorded a round's demand would know every later round's
+future. So no score comes from data the program has met before: the fresh
+trajectories run once, as extra rows of the last tuning round (every trial that
+could still be the best), and only the best's rows count. The validation split does the same on
+trajectories of the validation secret. The held-out split re-tunes on other
+instances (on tuning trajectories of the held-out secret) and measures on fresh
+trajectories with a longer horizon.
 """
 from __future__ import annotations
 
@@ -78,8 +84,8 @@ class InventoryConfig(BaseModel):
     search_periods: int = Field(250, ge=10, le=100_000, description="Measured periods per search (and validation) trajectory (after warm-up); also the tuning horizon of held-out instances.")
     heldout_periods: int = Field(2000, ge=10, le=1_000_000, description="Measured periods per held-out trajectory (after warm-up).")
     warmup: int = Field(200, ge=0, le=100_000, description="Periods simulated before costs are counted, from an empty system.")
-    search_trajectories: int = Field(8, ge=1, le=1000, description="Demand trajectories per instance for tuning and the search score (also the tuning data of held-out instances).")
-    validation_trajectories: int = Field(4, ge=1, le=1000, description="Demand trajectories per instance of the validation split (tuned on and scored, like the search split).")
+    search_trajectories: int = Field(8, ge=1, le=1000, description="Demand trajectories per instance for tuning, and as many fresh ones for the search score (also the tuning data of held-out instances).")
+    validation_trajectories: int = Field(4, ge=1, le=1000, description="Demand trajectories per instance of the validation split (tuned on, and as many fresh ones scored, like the search split).")
     heldout_trajectories: int = Field(16, ge=1, le=10_000, description="Fresh demand trajectories per instance for the held-out measurement.")
     tune_trials: int = Field(32, ge=1, le=10_000, description="Optuna trials per instance; the first is the program's PARAMS defaults.")
     tune_batch: int = Field(16, ge=1, le=1000, description="Trials asked at once and simulated together (one round).")
@@ -181,6 +187,15 @@ class Inventory(Domain):
         rng = self.secrets.generator("heldout", "demand", "measure", spec.key)
         return self._draw(spec, rng, cfg.heldout_trajectories, cfg.warmup + cfg.heldout_periods, heldout_part=True)
 
+    def measure_demand(self, spec: InstanceSpec, split: str) -> np.ndarray:
+        """The fresh trajectories `spec` is scored on: the program has not met them in its tuning."""
+        if split == "heldout":
+            return self.heldout_demand(spec)
+        cfg = self.config
+        rows = cfg.validation_trajectories if split == "validation" else cfg.search_trajectories
+        rng = self.secrets.generator(split, "demand", "measure", spec.key)
+        return self._draw(spec, rng, rows, cfg.warmup + cfg.search_periods)
+
     def tuner_seed(self, spec: InstanceSpec, split: str) -> int:
         return self.secrets.seed(split, "tuner", spec.key, bits=32)
 
@@ -195,18 +210,30 @@ class Inventory(Domain):
     # -- scoring ----------------------------------------------------------------------------
 
     def evaluate(self, policy: PolicyFn, params: dict[str, ParamSpec], split: str) -> Outcome:
+        """Tune PARAMS on the tuning trajectories (when there are any), then measure on fresh ones: on
+        search and validation within the last tuning round's pass, on held-out (longer) in a pass of its own."""
         specs, trials = self.instances(check_split(split)), self.tune_trials(split)
-        if split == "heldout" and not params:
+        if not params:
             tuned = [Tuned({}, None)] * len(specs)
         else:
             tuning = [self.tuning_demand(s, split) for s in specs]
-            tuned = self.tuner.tune(policy, params, specs, tuning, [self.tuner_seed(s, split) for s in specs], trials)
-        if split == "heldout":
-            blocks = [Block(s, self.heldout_demand(s), self._fixed(t.values, self.config.heldout_trajectories))
-                      for s, t in zip(specs, tuned)]
-            measured = self.simulator.run(policy, blocks, self.config.warmup)
-            tuned = [Tuned(t.values, st, t.out_of_range) for t, st in zip(tuned, measured)]
+            fresh = None if split == "heldout" else [self.measure_demand(s, split) for s in specs]
+            tuned = self.tuner.tune(policy, params, specs, tuning, [self.tuner_seed(s, split) for s in specs],
+                                    trials, fresh)
+        # held-out, no PARAMS, or a best whose orders left the range on the fresh data (this pass then says so)
+        pending = [i for i, t in enumerate(tuned) if t.measured is None]
+        runs = self._measure(policy, [specs[i] for i in pending], [tuned[i].values for i in pending], split)
+        measured = dict(zip(pending, runs))
+        tuned = [Tuned(t.values, measured.get(i, t.measured), t.out_of_range) for i, t in enumerate(tuned)]
         return self._outcome(specs, tuned, params, self.base_stock(split), trials)
+
+    def _measure(self, policy: PolicyFn, specs: list[InstanceSpec], values: list[dict], split: str) -> list:
+        """Each instance's parameter `values` on its fresh trajectories of `split`, in a single pass."""
+        if not specs:
+            return []
+        demands = [self.measure_demand(s, split) for s in specs]
+        blocks = [Block(s, d, self._fixed(v, len(d))) for s, d, v in zip(specs, demands, values)]
+        return self.simulator.run(policy, blocks, self.config.warmup)
 
     def tune_trials(self, split: str) -> int:
         """Optuna trials per instance of `split`."""
@@ -217,24 +244,17 @@ class Inventory(Domain):
         return {n: np.full(rows, float(v)) for n, v in values.items()}
 
     def base_stock(self, split: str) -> list[dict]:
-        """Optimized base-stock per instance: S searched over all integers on the tuning data.
-
-        On the held-out split that S is then measured on the held-out data, like
-        every program's tuned parameters. Computed once per split and kept.
-        """
+        """Optimized base-stock per instance: S searched over all integers on the tuning data, then
+        measured on the split's fresh trajectories, like every program's tuned parameters. Computed
+        once per split and kept."""
         if split not in self._base_stock:
             specs = self.instances(split)
             levels = [self._best_level(s, self.tuning_demand(s, split)) for s in specs]
-            if split != "heldout":
-                self._base_stock[split] = [{"level": lv, "costs": c} for lv, c in levels]
-            else:
-                blocks = [Block(s, self.heldout_demand(s), self._fixed({"level": lv}, self.config.heldout_trajectories))
-                          for s, (lv, _) in zip(specs, levels)]
-                runs = self.simulator.run(base_stock_policy, blocks, self.config.warmup)
-                self._base_stock[split] = [{"level": lv, "costs": st.cost} for (lv, _), st in zip(levels, runs)]
+            runs = self._measure(base_stock_policy, specs, [{"level": lv} for lv in levels], split)
+            self._base_stock[split] = [{"level": lv, "costs": st.cost} for lv, st in zip(levels, runs)]
         return self._base_stock[split]
 
-    def _best_level(self, spec: InstanceSpec, demand: np.ndarray) -> tuple[int, np.ndarray]:
+    def _best_level(self, spec: InstanceSpec, demand: np.ndarray) -> int:
         cfg = self.config
         if spec.demand == "empirical":
             top = int(demand.max()) * (spec.lead_time + 1) + 5
@@ -244,8 +264,7 @@ class Inventory(Domain):
         reps = len(demand)
         block = Block(spec, np.tile(demand, (len(levels), 1)), {"level": np.repeat(levels, reps).astype(float)})
         cost = self.simulator.run(base_stock_policy, [block], cfg.warmup)[0].cost.reshape(len(levels), reps)
-        k = int(cost.mean(axis=1).argmin())
-        return int(levels[k]), cost[k]
+        return int(levels[int(cost.mean(axis=1).argmin())])
 
     def _outcome(self, specs, tuned: list[Tuned], params, base: list[dict], trials: int) -> Outcome:
         ratios = [float(t.stats.cost.mean() / b["costs"].mean()) for t, b in zip(tuned, base)]

@@ -158,6 +158,7 @@ class Tuned:
     values: dict[str, float]
     stats: RowStats
     out_of_range: int = 0  # tuning trials that failed with an order out of range
+    measured: RowStats | None = None  # its rows on the fresh trajectories, where the last round measured them
 
 
 class Tuner:
@@ -166,9 +167,15 @@ class Tuner:
     def __init__(self, config: InventoryConfig, simulator: Simulator):
         self.config, self.simulator = config, simulator
 
-    def tune(self, policy: PolicyFn, params: dict[str, ParamSpec], specs, demands, seeds, total: int) -> list[Tuned]:
+    def tune(self, policy: PolicyFn, params: dict[str, ParamSpec], specs, demands, seeds, total: int,
+             fresh: list[np.ndarray] | None = None) -> list[Tuned]:
         """Tune on each instance's `demands` with `total` trials; `seeds` are its samplers' seeds (from
-        the run's secret)."""
+        the run's secret).
+
+        With `fresh` (per instance, trajectories as long as `demands`), the last round also runs every
+        trial that could still be the best (its own and the best before it) on them, in the same
+        pass: `measured` is then the best's rows there, or None where they ordered out of range.
+        """
         cfg = self.config
         if not params:
             blocks = [Block(s, d, {}) for s, d in zip(specs, demands)]
@@ -178,23 +185,46 @@ class Tuner:
         best: list[Tuned | None] = [None] * len(specs)
         first: list[str | None] = [None] * len(specs)  # per instance, the first reason an order was out of range
         failed = [0] * len(specs)  # per instance, the trials that failed so
+        measured: list[RowStats | None] = [None] * len(specs)
         for start in range(0, total, cfg.tune_batch):
             n = min(cfg.tune_batch, total - start)
             trials = [[study.ask(dists) for _ in range(n)] for study in studies]
             blocks = [self._block(spec, d, ts, params) for spec, d, ts in zip(specs, demands, trials)]
-            violations = [tuning.OutOfRange(len(b.demand)) for b in blocks]
-            results = self.simulator.run(policy, blocks, cfg.warmup, violations)
+            last = fresh is not None and start + n >= total
+            candidates = [[dict(t.params) for t in ts] + ([b.values] if b else []) for ts, b in zip(trials, best)]
+            checks = [self._candidates(spec, f, c) for spec, f, c in zip(specs, fresh, candidates)] if last else []
+            violations = [tuning.OutOfRange(len(b.demand)) for b in blocks + checks]
+            results = self.simulator.run(policy, blocks + checks, cfg.warmup, violations)
             for i, (study, ts, st, v) in enumerate(zip(studies, trials, results, violations)):
                 gone = v.fail_trials(study, ts, len(demands[i]))
                 best[i] = self._tell(study, ts, st, best[i], len(demands[i]), gone)
                 first[i], failed[i] = first[i] or v.first, failed[i] + len(gone)
+            if last:
+                measured = [self._winner(b, c, st, v, len(f)) for b, c, st, v, f in
+                            zip(best, candidates, results[len(blocks):], violations[len(blocks):], fresh)]
             if start == 0:  # the first round: the defaults, then a scrambled Sobol design
                 for study, seed in zip(studies, seeds):
                     study.sampler = EliteSampler(seed=seed)
         for tuned, reason in zip(best, first):
             if tuned is None:  # no trial kept its orders in range on this instance: the program's fault
                 raise tuning.OutOfRange.none_kept(reason, total, "ordered")
-        return [Tuned(t.values, t.stats, count) for t, count in zip(best, failed)]
+        return [Tuned(t.values, t.stats, count, m) for t, count, m in zip(best, failed, measured)]
+
+    @staticmethod
+    def _candidates(spec, fresh: np.ndarray, candidates: list[dict]) -> Block:
+        """Every candidate's parameter values on the `fresh` trajectories (candidate k: rows k * reps on)."""
+        values = {n: np.repeat([c[n] for c in candidates], len(fresh)).astype(float) for n in candidates[0]}
+        return Block(spec, np.tile(fresh, (len(candidates), 1)), values)
+
+    @staticmethod
+    def _winner(best: Tuned | None, candidates: list[dict], stats: RowStats, marks: tuning.OutOfRange,
+                reps: int) -> RowStats | None:
+        """The best's rows on the fresh trajectories; None if there is no best or they left the range."""
+        if best is None:
+            return None
+        k = candidates.index(best.values)
+        rows = slice(k * reps, (k + 1) * reps)
+        return None if marks.any(rows) else stats.rows(rows)
 
     @staticmethod
     def _block(spec, demand, trials, params) -> Block:

@@ -74,10 +74,14 @@ def test_every_policy_sees_the_same_demand():
     domain = get_domain("inventory", **TINY)
     spec = domain.instances("search")[0]
     assert np.array_equal(domain.tuning_demand(spec), domain.tuning_demand(spec))
+    assert np.array_equal(domain.measure_demand(spec, "search"), domain.measure_demand(spec, "search"))
     zero = domain.evaluate(in_process("def policy(state, params):\n    return 0"), {}, "search")
     lost_all = zero.metrics["instances"][spec.key]
     assert lost_all["fill_rate"] == 0.0
-    assert lost_all["cost"] == pytest.approx(spec.penalty * domain.tuning_demand(spec)[:, 20:].mean())
+    # scored on the split's measurement trajectories, never on the tuning ones its rounds replay
+    assert lost_all["cost"] == pytest.approx(spec.penalty * domain.measure_demand(spec, "search")[:, 20:].mean())
+    assert domain.measure_demand(spec, "search").shape == domain.tuning_demand(spec).shape
+    assert not np.array_equal(domain.measure_demand(spec, "search"), domain.tuning_demand(spec))
 
 
 def test_tuned_capped_base_stock_beats_optimized_base_stock():
@@ -89,6 +93,19 @@ def test_tuned_capped_base_stock_beats_optimized_base_stock():
               for name in ("optimized base-stock", "capped base-stock")}
     assert scores["optimized base-stock"] == pytest.approx(-1.0, abs=0.01)
     assert scores["capped base-stock"] < 0 and scores["capped base-stock"] > scores["optimized base-stock"] + 0.02
+
+
+def test_the_search_score_measures_the_tuned_values_on_trajectories_the_tuning_never_replayed():
+    domain = get_domain("inventory", **dict(TINY, tune_trials=6, tune_batch=4))  # rounds of 4, then 2
+    code = BASELINES["capped base-stock"]
+    out = domain.evaluate(in_process(code), read_params(code), "search")
+    specs = domain.instances("search")
+    blocks = [Block(s, domain.measure_demand(s, "search"),
+                    {n: np.full(TINY["search_trajectories"], v) for n, v in out.metrics["instances"][s.key]["params"].items()})
+              for s in specs]
+    again = domain.simulator.run(in_process(code), blocks, TINY["warmup"])
+    for spec, stats in zip(specs, again):  # measured within the last round's pass: as a pass of its own would
+        assert out.metrics["instances"][spec.key]["trajectory_costs"] == [float(c) for c in stats.cost]
 
 
 @pytest.mark.parametrize("body, needle", [
