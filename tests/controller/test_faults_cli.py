@@ -194,6 +194,8 @@ def _shown_status(tmp_path, run_dir) -> tuple[str, str]:
 @pytest.mark.parametrize("args, needle", [
     (["configs/trading_sp500.toml", "--set", 'domain.options.assets=["SP500", "NOPE"]'],
      "domain.options.assets: unknown assets ['NOPE']"),
+    (["configs/trading_sp500.toml", "--set", 'domain.options.validation_assets=["NOPE"]'],  # was a seed-failed run
+     "domain.options.validation_assets: unknown assets ['NOPE']"),
     (["configs/trading_synthetic.toml", "--set", "domain.options.synthetic.bars=1500"],
      "domain.options: the market has 1500 bars: too few for lookback"),
     ([CONFIG, "--set", "islands.niche=map_elites", "--set", "islands.descriptor_bounds=[[0, 1], [0, 1], [0, 1]]"],

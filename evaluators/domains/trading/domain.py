@@ -92,10 +92,10 @@ class TradingConfig(BaseModel):
             raise ValueError(f"validation_assets {shared} are also search assets; choose others")
         return self
 
-    @field_validator("assets")
+    @field_validator("assets", "validation_assets")
     @classmethod
     def _assets_exist(cls, assets: list[str], info: ValidationInfo) -> list[str]:
-        """An unknown ticker is refused when the config is loaded, not in an evaluator."""
+        """An unknown ticker (of either split) is refused when the config is loaded, not in an evaluator."""
         if info.data.get("market", "sp500") == "sp500":
             try:
                 load_sp500(tuple(assets))
