@@ -149,6 +149,14 @@ def column(table, name: str, path: str, what: str, option: str):
     return table.column(name)
 
 
+def labels(values, path: str, label: str) -> list[str]:
+    """A pyarrow column of names (assets, items) as text; an empty cell is one line naming its row."""
+    texts = values.to_pylist()
+    if None in texts:
+        raise ValueError(f"{path}: {label} is empty in data row {texts.index(None) + 1}")
+    return [str(v) for v in texts]
+
+
 def numbers(values, path: str, label: str) -> np.ndarray:
     """A pyarrow column as float64 (nulls as NaN); a value that is not a number is one line naming it."""
     import pyarrow as pa

@@ -21,6 +21,16 @@ def _rows(path: Path, keep: int) -> None:
     path.write_text("\n".join(path.read_text().splitlines()[:keep]) + "\n")
 
 
+def _long_without_an_asset(path: Path) -> None:
+    """The wide prices file rewritten long (date, asset, price), its third row's asset left empty."""
+    header, *rows = path.read_text().splitlines()
+    assets = header.split(",")[1:]
+    long = [f"{day},{asset},{price}" for day, *prices in (r.split(",") for r in rows)
+            for asset, price in zip(assets, prices)]
+    long[2] = long[2].replace(f",{assets[2]},", ",,")
+    path.write_text("\n".join(["date,asset,price", *long]) + "\n")
+
+
 # (config text, how to break the data in the folder, the line's expected key and words)
 CASES = {
     "trading: no file": (TRADING, lambda d: (d / "prices.csv").unlink(),
@@ -33,6 +43,8 @@ CASES = {
                                               r"\('n/a\?.*' in data row 3\)"),
     "trading: a negative price": (TRADING, lambda d: _edit(d / "prices.csv", "\n2021-01-05,", "\n2021-01-05,-"),
                                   r"asset 'ACME' has the price -.* on 2021-01-05; prices must be positive"),
+    "trading: a row without an asset": (TRADING, lambda d: _long_without_an_asset(d / "prices.csv"),
+                                        r"prices\.csv: column 'asset' is empty in data row 3$"),  # was 'None'
     "trading: too few rows": (TRADING, lambda d: _rows(d / "prices.csv", 300),
                               r"prices\.csv: the market has 299 bars: too few for lookback 253"),
     "inventory: no file": (INVENTORY, lambda d: (d / "demand.csv").unlink(),
@@ -42,6 +54,8 @@ CASES = {
     "inventory: a demand too large to count": (
         INVENTORY, lambda d: _edit(d / "demand.csv", "\n3,nuts,", "\n3,nuts,1e2"),  # was read as a negative
         r"item 'nuts' has a demand of more than 10\^12 units in period 3 \(1e\+2\d+\)"),
+    "inventory: a row without an item": (INVENTORY, lambda d: _edit(d / "demand.csv", "\n3,nuts,", "\n3,,"),
+                                         r"demand\.csv: column 'item' is empty in data row 6$"),
     "inventory: a gap": (INVENTORY, lambda d: _edit(d / "demand.csv", "\n3,nuts,", "\n3,screws,"),
                          r"item 'nuts' has no demand in period 3 \(write 0 for a period without demand\)"),
     "inventory: too few periods": (INVENTORY, lambda d: _rows(d / "demand.csv", 41),

@@ -22,7 +22,7 @@ from typing import NamedTuple
 import numpy as np
 from pydantic import Field, model_validator
 
-from evaluators.userdata import UserData, column, numbers, read_table
+from evaluators.userdata import UserData, column, labels, numbers, read_table
 
 MAX_DEMAND = 10 ** 12  # units per period: the simulation counts in int64, summed over up to 10^6 periods
 
@@ -96,7 +96,7 @@ def _load(spec: _Source) -> tuple[tuple[str, ...], np.ndarray]:
     table = read_table(spec.path)
     period = column(table, spec.period_column, spec.path, "period", "demand_history.period_column")
     if {spec.item_column, spec.demand_column} <= set(table.column_names):
-        items = [str(v) for v in table.column(spec.item_column).to_pylist()]
+        items = labels(table.column(spec.item_column), spec.path, f"column {spec.item_column!r}")
         names = tuple(dict.fromkeys(items))
         values = numbers(table.column(spec.demand_column), spec.path, f"column {spec.demand_column!r}")
         periods, at = _periods(period.to_pylist(), spec.path)

@@ -21,7 +21,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from evaluators.domains.trading.data import Market
-from evaluators.userdata import UserData, column, dates, numbers, read_table
+from evaluators.userdata import UserData, column, dates, labels, numbers, read_table
 
 BOOTSTRAP_BLOCK = 20  # bars per resampled block of the validation market (about a month)
 
@@ -62,7 +62,7 @@ def load_prices(spec: PriceHistory) -> tuple[tuple[str, ...], np.ndarray, np.nda
 
 
 def _long(table, when, spec: PriceHistory):
-    assets = [str(a) for a in table.column(spec.asset_column).to_pylist()]
+    assets = labels(table.column(spec.asset_column), spec.path, f"column {spec.asset_column!r}")
     price = numbers(table.column(spec.price_column), spec.path, f"column {spec.price_column!r}")
     names = tuple(dict.fromkeys(assets))
     days, at = np.unique(when, return_inverse=True)
