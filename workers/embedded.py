@@ -29,6 +29,9 @@ from workers.skills import replay_skill
 __all__ = ["EmbeddedMutator", "Motif"]
 
 PREFIX = "embedded:"
+# what an operator raising means "does not apply to this parent"; RecursionError: copy.deepcopy and
+# ast.unparse recurse once a level, so a sum of a few hundred terms (the parser's tree is that deep) stops them
+_CANNOT = (ProgramFormatError, SyntaxError, ValueError, LookupError, RecursionError)
 
 
 class EmbeddedMutator(Mutator):
@@ -85,14 +88,15 @@ class EmbeddedMutator(Mutator):
         return names, np.array([raw[name] / total for name in names])
 
     def _try(self, name: str, code: str, ctx: OpContext, unbound: set[str]) -> str | None:
-        """The operator's child if it is valid, else None (a bad parent PARAMS counts as 'cannot').
+        """The operator's child if it is valid, else None (a bad parent PARAMS counts as 'cannot', and so
+        does an expression too deep for the operator's recursive copy or walk: a long sum parses flat).
 
         Valid includes reading no name before it is assigned beyond those the parent already
         did (`unbound`): an edit that drops or moves an assignment would only fail at run time.
         """
         try:
             child = OPERATORS[name](code, ctx)
-        except (ProgramFormatError, SyntaxError, ValueError, LookupError):
+        except _CANNOT:
             return None
         return self._checked(child, unbound)
 
@@ -102,7 +106,7 @@ class EmbeddedMutator(Mutator):
             return self._try(name, request.parent_code, ctx, unbound), ""
         try:
             found = replay_skill(request.parent_code, request.skills, self.entry_point, ctx.rng)
-        except (ProgramFormatError, SyntaxError, ValueError, LookupError):
+        except _CANNOT:
             found = None
         return (self._checked(found[0], unbound), found[1]) if found else (None, "")
 

@@ -1,4 +1,6 @@
 """The embedded mutator: seeded, weighted, and its children still run."""
+import contextlib
+
 import numpy as np
 import pytest
 from pydantic import ValidationError
@@ -100,6 +102,15 @@ def test_fails_when_nothing_applies():
         _mutator().propose(_request(0, [(op, 0.0) for op in OPERATORS]))
     with pytest.raises(MutationFailed):
         _mutator().propose(_request(0, code="def other(:\n"))
+
+
+def test_a_long_flat_sum_gets_a_child_or_a_mutation_failure_never_an_error():
+    # 300 terms parse as a tree 300 levels deep: deep-copying a part of it passes Python's recursion limit
+    code = "def policy(state, params):\n    return " + " + ".join(f'state["x"] * {i}.5' for i in range(300)) + "\n"
+    only_copying = [(op, 1.0 if op in ("wrap_clip", "add_branch") else 0.0) for op in OPERATORS]
+    for seed in range(6):
+        with contextlib.suppress(MutationFailed):  # no child: fine; any other exception fails the test
+            assert _mutator().propose(_request(seed, only_copying, code=code)).code != code
 
 
 def test_disabled_operator_in_config_is_never_used():
