@@ -29,10 +29,16 @@ def form_of(tree: ast.Module) -> str:
 
 
 class _Normalizer(ast.NodeTransformer):
-    """Drops docstrings and blanks each PARAMS entry's default (the first of its three numbers)."""
+    """Drops docstrings and blanks each PARAMS entry's default (the first of its three numbers) in the
+    module-level PARAMS; not where the program reads PARAMS by name, as its defaults then run whatever
+    tuning sets, nor in a dict of that name inside a function (a local, not tuned)."""
 
     def visit_Module(self, node):
         node.body = _without_docstring(node.body)
+        if not any(isinstance(n, ast.Name) and n.id == PARAMS_NAME and isinstance(n.ctx, ast.Load)
+                   for n in ast.walk(node)):
+            for stmt in node.body:
+                _blank_defaults(stmt)
         return self.generic_visit(node)
 
     def visit_FunctionDef(self, node):
@@ -41,12 +47,14 @@ class _Normalizer(ast.NodeTransformer):
 
     visit_AsyncFunctionDef = visit_ClassDef = visit_FunctionDef
 
-    def visit_Assign(self, node):
-        if any(isinstance(t, ast.Name) and t.id == PARAMS_NAME for t in node.targets) and isinstance(node.value, ast.Dict):
-            for entry in node.value.values:
-                if isinstance(entry, (ast.Tuple, ast.List)) and entry.elts:
-                    entry.elts[0] = ast.Constant(None)
-        return node
+
+def _blank_defaults(stmt: ast.stmt) -> None:
+    """`PARAMS = {...}` with each entry's first number blanked (other statements as they are)."""
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
+    if any(isinstance(t, ast.Name) and t.id == PARAMS_NAME for t in targets) and isinstance(stmt.value, ast.Dict):
+        for entry in stmt.value.values:
+            if isinstance(entry, (ast.Tuple, ast.List)) and entry.elts:
+                entry.elts[0] = ast.Constant(None)
 
 
 def _without_docstring(body: list) -> list:
