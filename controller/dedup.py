@@ -1,8 +1,8 @@
 """Dropping proposals that are the same program as one already tried, before evaluation.
 
 Exact text first (the archive's code hashes, before and after tuning), then the
-normal form (`workers.normal_form`): layout, comments, docstrings and PARAMS
-defaults gone. Both are kept as 8-byte hashes, so the driver's memory does not grow
+normal form (`workers.normal_form`): layout, comments and docstrings gone, and the
+PARAMS defaults where the domain tunes them. Both are kept as 8-byte hashes, so the driver's memory does not grow
 with the programs' text; each evaluation stores its normal form's hash
 (`metrics.form_hash`), so a resume rebuilds the set without parsing any code.
 `saved` counts what each rule dropped.
@@ -20,9 +20,10 @@ from workers.normal_form import normal_form
 
 
 @functools.lru_cache(maxsize=512)  # a proposal is checked, then added, then added again as evaluated
-def form_hash(code: str) -> str | None:
-    """The 16-hex-digit hash of `code`'s normal form, or None if it does not parse."""
-    form = normal_form(code)
+def form_hash(code: str, tuned: bool = True) -> str | None:
+    """The 16-hex-digit hash of `code`'s normal form, or None if it does not parse (`tuned`: the
+    domain tunes PARAMS, `Domain.tunes_params`)."""
+    form = normal_form(code, tuned)
     return None if form is None else _hashed(form)
 
 
@@ -33,15 +34,16 @@ def _hashed(form: str) -> str:
 class Dedup:
     """The run's tried programs, by exact hash and by normal form."""
 
-    def __init__(self, exact: HashSet | None = None, forms: Iterable[str] = ()):
+    def __init__(self, exact: HashSet | None = None, forms: Iterable[str] = (), tuned: bool = True):
         self.exact = exact if exact is not None else HashSet()  # shared with the loop's `known`
+        self.tuned = tuned  # the domain tunes PARAMS: programs that differ only in their defaults are one
         self.forms = HashSet(int(h, 16) for h in forms if h and len(h) == 16)
         self.saved: Counter = Counter()
         self._given: dict[str, str] = {}  # code -> hash of the normal form its worker sent
 
     def _form(self, code: str) -> str | None:
         given = self._given.get(code)
-        return given if given is not None else form_hash(code)
+        return given if given is not None else form_hash(code, self.tuned)
 
     def check(self, code: str, form: str | None = None) -> str | None:
         """'exact' or 'normal_form' when `code` was tried already (and counts it), else None.

@@ -61,7 +61,7 @@ class Search(EvaluatorPool, Outcomes, LostActors):
         # the islands hold their members' code; nothing else keeps a program's code or score
         self.islands = load_islands(archive, run_id, config, self.done).islands
         self.seed_error = stored_seed_error(archive, run_id)
-        self.dedup = Dedup(self.known, archive.form_hashes(run_id))
+        self.dedup = Dedup(self.known, archive.form_hashes(run_id), self.domain.tunes_params())
         self.proposals = Proposals(config, archive, run_id, self.domain, self.dedup)
         self.notices = self.proposals.notices  # what the run says on stderr, in order (controller.progress)
         if self.islands.dropped:  # a run saved with more niches than islands.max_niches now allows

@@ -182,7 +182,8 @@ class Proposals:
         return PromptInput(self.domain.name, self.domain.description(), self.domain.contract(),
                            self.domain.entry_point, request.parent_code,
                            self._feedback(request.parent_id, codes.get(request.parent_id, request.parent_code)),
-                           inspirations, failures, cfg.edit_format, shown.max_code_chars)
+                           inspirations, failures, cfg.edit_format, shown.max_code_chars,
+                           tuned=self.domain.tunes_params())
 
     def _feedback(self, program_id: str, code: str):
         """The parent's search-split feedback: made once when first asked, from its result if it is

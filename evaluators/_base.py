@@ -101,6 +101,14 @@ class Domain(abc.ABC):
         """
         return None, None
 
+    def tunes_params(self) -> bool:
+        """Whether a search score is the best of tuning trials over PARAMS, not the written defaults'.
+
+        Then two programs that differ only in their PARAMS defaults tune alike and count as one
+        (`workers.normal_form`); otherwise the defaults are what runs, and each is a program of its own.
+        """
+        return False
+
     def reference(self, split: str) -> dict:
         """Reference figures for `split` (e.g. an exact optimum), for the report.
 

@@ -182,6 +182,9 @@ class SimpleDomain(Domain):
     def baselines(self) -> dict[str, str]:
         return dict(self.baseline_programs)
 
+    def tunes_params(self) -> bool:
+        return self.config.tune_trials > 1  # the first trial is the written defaults
+
     def motifs(self) -> list[tuple[str, str, tuple]]:
         return list(self.mutation_motifs)
 

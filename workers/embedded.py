@@ -7,6 +7,7 @@ and checks the child; failures to apply are retried up to `max_attempts`.
 from __future__ import annotations
 
 import ast
+import functools
 
 import numpy as np
 
@@ -38,22 +39,25 @@ class EmbeddedMutator(Mutator):
     """Mutates programs of one domain (its entry point and motifs) with AST operators."""
 
     def __init__(self, config: EmbeddedMutatorConfig, entry_point: str, motifs: list[Motif] = (),
-                 bounds: tuple[float | None, float | None] = (None, None)):
+                 bounds: tuple[float | None, float | None] = (None, None), tuned: bool = True):
         self.config = config
         self.entry_point = entry_point
         self.motifs = tuple(motifs)
         self.bounds = bounds
+        self.tuned = tuned  # the domain tunes PARAMS: a child that changes only their defaults is its parent
         for motif in self.motifs:
             _check_motif(motif)
 
     @classmethod
     def for_domain(cls, config: EmbeddedMutatorConfig, domain) -> EmbeddedMutator:
-        """The mutator for a domain object: its entry point, its motifs and the bounds of what it returns."""
+        """The mutator for a domain object: its entry point, its motifs, the bounds of what it returns and
+        whether it tunes PARAMS."""
         motifs = [Motif(name, template, tuple(params)) for name, template, params in domain.motifs()]
-        return cls(config, domain.entry_point, motifs, domain.output_bounds())
+        return cls(config, domain.entry_point, motifs, domain.output_bounds(), domain.tunes_params())
 
     def propose(self, request: MutationRequest) -> Proposal:
-        """One checked child of the parent, deterministic given `request.seed`."""
+        """One checked child of the parent, deterministic given `request.seed`; never one of the parent's
+        normal form (the driver would drop it as a duplicate: under tuning, a nudged PARAMS default)."""
         parent = _normalized(request.parent_code)
         if parent is None or not entry_point_ok(request.parent_code, self.entry_point):
             raise MutationFailed(f"the parent does not parse or lacks {self.entry_point}()")
@@ -66,10 +70,18 @@ class EmbeddedMutator(Mutator):
             name = names[int(rng.choice(len(names), p=probs))]
             child, skill = self._attempt(name, request, ctx, unbound)
             child = child if child is None else without_unread_params(child, self.entry_point)
-            if child is not None and _normalized(child) != parent:
+            form = self._new_form(child, parent, request.parent_code)
+            if form is not None:
                 child = keep_layout(request.parent_code, child)  # the parent's comments and layout, where they agree
-                return Proposal(child, PREFIX + name, skill, normal_form(child) or "")
+                return Proposal(child, PREFIX + name, skill, form)
         raise MutationFailed(f"no valid changed child in {self.config.max_attempts} attempts")
+
+    def _new_form(self, child: str | None, parent: str, parent_code: str) -> str | None:
+        """The child's normal form ("" if it has none) when it is a program other than its parent, else None."""
+        if child is None or _normalized(child) == parent:
+            return None
+        form = normal_form(child, self.tuned)
+        return None if form is not None and form == _form(parent_code, self.tuned) else form or ""
 
     def _choice(self, weights: tuple[tuple[str, float], ...], skills: bool = False) -> tuple[list[str], np.ndarray]:
         """Enabled operators with positive weight and their probabilities.
@@ -156,6 +168,11 @@ def without_unread_params(code: str, entry_point: str) -> str:
     if set(specs) <= read:
         return code
     return write_param_specs(code, {key: spec for key, spec in specs.items() if key in read})
+
+
+@functools.lru_cache(maxsize=32)  # a worker's requests share parents: the islands' best few are drawn often
+def _form(code: str, tuned: bool) -> str | None:
+    return normal_form(code, tuned)
 
 
 def _normalized(code: str) -> str | None:

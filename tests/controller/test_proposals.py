@@ -108,3 +108,15 @@ def test_replies_cut_at_max_tokens_three_in_a_row_are_said_once_with_what_to_rai
         assert len(proposals.notices) == 2 and proposals.notices[1].endswith(
             "--set mutator.llm.models.small.max_tokens=1024 --set mutator.llm.models.small.context=4096.")
         assert [e for e, _ in proposals.events].count("llm-replies-cut") == 2
+
+
+def test_a_prompt_tells_the_worker_whether_the_domain_tunes_params(tmp_path):
+    """The worker's duplicate check of a child against its parent leaves the PARAMS defaults out only
+    where tuning sets them (not MILP's tune_trials = 0)."""
+    from store.records import MutationRequest
+
+    archive = _archive(tmp_path)
+    request = MutationRequest(RUN, 0, 1, "seed", "def policy(s, p):\n    return 1\n")
+    for name, tuned in (("inventory", True), ("milp", False)):
+        proposals = Proposals(_config(["a"]), archive, RUN, get_domain(name), Dedup())
+        assert proposals._prompt_input(proposals.llm.model("a"), request, {}, {}).tuned is tuned

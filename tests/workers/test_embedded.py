@@ -205,3 +205,22 @@ def test_a_domains_mutator_keeps_a_returned_constant_inside_what_the_domain_acce
         levels += [spec for key, spec in read_params(child).items()
                    if key.startswith("alt") and (spec.low, spec.high) != (0.0, 3.0)]  # not a scale factor
     assert levels and all(lo <= spec.low <= spec.default <= spec.high <= hi for spec in levels), levels
+
+
+@pytest.mark.parametrize("name", ["milp", "inventory"])
+def test_a_nudged_default_is_a_new_program_only_where_the_domain_does_not_tune_it(name):
+    """MILP runs the written PARAMS defaults (tune_trials = 0): each nudge of one is a program the
+    driver must evaluate. Inventory tunes them: a child that changes only a default is its parent
+    to the driver's duplicate check, so the mutator makes another child instead."""
+    from controller.dedup import Dedup
+    from evaluators.registry import get_domain
+    from workers.normal_form import normal_form
+
+    domain = get_domain(name)
+    mutator = EmbeddedMutator.for_domain(EmbeddedMutatorConfig(operators=["perturb_const"]), domain)
+    children = [mutator.propose(_request(seed, code=domain.seed_program)) for seed in range(24)]
+    defaults_only = [c for c in children if normal_form(c.code) == normal_form(domain.seed_program)]  # tuned alike
+    assert len(defaults_only) >= 3 if name == "milp" else not defaults_only
+    dedup = Dedup(tuned=domain.tunes_params())  # as the run's driver builds it
+    dedup.add(domain.seed_program)
+    assert all(dedup.check(c.code, c.form or None) is None for c in children)  # none is dropped as the seed

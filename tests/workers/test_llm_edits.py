@@ -158,3 +158,13 @@ def test_a_degenerate_reply_of_blank_lines_is_read_in_linear_time():
     assert time.monotonic() - start < 2.0  # linear: milliseconds
     child, _ = child_from_reply(DIFF.replace("<<<<<<< SEARCH\n", "<<<<<<< SEARCH\n\n  \n"), PARENT, "policy")
     assert child == WANT  # blank lines after a marker are still left out of the search text
+
+
+def test_a_new_default_alone_applies_only_where_the_domain_runs_the_defaults_as_written():
+    from workers.llm.edits import check_child
+
+    child = PARENT.replace("(15.0, 0.0, 80.0)", "(20.0, 0.0, 80.0)")
+    with pytest.raises(EditError) as caught:  # tuning sets the default: the same program
+        check_child(child, PARENT, "policy")
+    assert caught.value.status == DID_NOT_APPLY and "tuning resets" in caught.value.reason
+    assert check_child(child, PARENT, "policy", tuned=False)  # MILP's tune_trials = 0: another program

@@ -156,13 +156,14 @@ def _parses(code: str) -> bool:
     return True
 
 
-def check_child(child: str, parent: str, entry_point: str) -> str:
+def check_child(child: str, parent: str, entry_point: str, tuned: bool = True) -> str:
     """The child's normal form (`workers.normal_form`) if it is valid Python that keeps the
     contract: `entry_point` at the top level with the parent's positional arity, returning a
     value, reading only the params that a well-formed PARAMS declares, and no call at the top
     level (it would run at load); else EditError(INVALID_PROGRAM). A child with the parent's
-    normal form did not apply (EditError(DID_NOT_APPLY)). The child is parsed once; what the
-    parent gives is kept for the next children of the same parent."""
+    normal form did not apply (EditError(DID_NOT_APPLY)); `tuned`: the domain tunes PARAMS, so the
+    normal form leaves their defaults out. The child is parsed once; what the parent gives is kept
+    for the next children of the same parent."""
     control = _CONTROL.search(child)
     if control:  # it would be printed to terminals as it is (controller.terminal writes it out, still)
         raise EditError(INVALID_PROGRAM, f"a control character (\\x{ord(control.group()):02x}) on line "
@@ -175,18 +176,18 @@ def check_child(child: str, parent: str, entry_point: str) -> str:
     except (ValueError, MemoryError, RecursionError) as exc:
         raise EditError(INVALID_PROGRAM, f"not valid Python: {exc}") from None
     try:
-        return _contract_form(tree, child, parent, entry_point)
+        return _contract_form(tree, child, parent, entry_point, tuned)
     except RecursionError:  # the parser nests deeper than the recursive walks of the checks and the normal form
         raise EditError(INVALID_PROGRAM, "nested too deeply to check (an expression or block hundreds of "
                                          "levels deep): a policy needs no such nesting") from None
 
 
-def _contract_form(tree: ast.Module, child: str, parent: str, entry_point: str) -> str:
+def _contract_form(tree: ast.Module, child: str, parent: str, entry_point: str, tuned: bool) -> str:
     """`check_child` past the parse: the contract's checks, then the normal form."""
     func = _function(tree, entry_point)
     if func is None:
         raise EditError(INVALID_PROGRAM, f"breaks the contract: no top-level def {entry_point}(...)")
-    want, parent_form = _parent(parent, entry_point)
+    want, parent_form = _parent(parent, entry_point, tuned)
     if want is not None and _arity(func) != want:
         raise EditError(INVALID_PROGRAM, f"breaks the contract: {entry_point}() must take {want} "
                                          f"positional arguments, not {_arity(func)}")
@@ -204,21 +205,21 @@ def _contract_form(tree: ast.Module, child: str, parent: str, entry_point: str) 
     if calls:
         raise EditError(INVALID_PROGRAM, f"breaks the contract: a call at the top level (line {calls[0]}) "
                                          "would run when the program loads")
-    form = form_of(tree)  # last: it normalises the tree in place
+    form = form_of(tree, tuned)  # last: it normalises the tree in place
     if form == parent_form:
-        raise EditError(DID_NOT_APPLY, "the edit leaves the program unchanged (only layout, comments, "
-                                       "docstrings or PARAMS defaults differ, and tuning resets those)")
+        which = "docstrings or PARAMS defaults differ, and tuning resets those" if tuned else "or docstrings differ"
+        raise EditError(DID_NOT_APPLY, f"the edit leaves the program unchanged (only layout, comments, {which})")
     return form
 
 
 @functools.lru_cache(maxsize=64)  # a worker's jobs share parents: the islands' best few are drawn often
-def _parent(parent: str, entry_point: str) -> tuple[int | None, str | None]:
+def _parent(parent: str, entry_point: str, tuned: bool) -> tuple[int | None, str | None]:
     """(positional arity of the parent's entry point, the parent's normal form)."""
     try:
         tree = ast.parse(parent)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return None, None
-    return _arity(_function(tree, entry_point)), form_of(tree)
+    return _arity(_function(tree, entry_point)), form_of(tree, tuned)
 
 
 def _params_read(func: ast.FunctionDef) -> set[str]:

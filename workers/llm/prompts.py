@@ -38,6 +38,7 @@ class PromptInput:
     max_code_chars: int = 6000
     skills: str = ""  # the library's skills ranked for this parent, as text (`workers.skills.render_skills`)
     instruction: str = ""  # the prompt variant's instruction for the task; "" keeps the template's own
+    tuned: bool = True  # the domain tunes PARAMS (`Domain.tunes_params`): the child's normal form leaves their defaults out
 
 
 @dataclass(frozen=True)

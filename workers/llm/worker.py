@@ -135,7 +135,7 @@ def _child(reply: str, p: PromptInput) -> tuple[str, str, str, EditError | None]
         edit = parse_reply(reply, p.entry_point)
         kind = edit.kind
         child = apply_edit(p.parent_code, edit)
-        form = check_child(child, p.parent_code, p.entry_point)
+        form = check_child(child, p.parent_code, p.entry_point, p.tuned)
     except EditError as exc:
         return (child if exc.status == INVALID_PROGRAM else reply), kind, "", exc
     return child, kind, form, None

@@ -115,6 +115,9 @@ class Control(Domain):
                                                       self.linear_bound)
         return out
 
+    def tunes_params(self) -> bool:
+        return self.config.tune_trials > 1  # the first trial is the written defaults
+
     def motifs(self) -> list[tuple[str, str, tuple]]:
         return list(_PROGRAMS[self.config.env][2]) if self.config.env in _PROGRAMS else []
 

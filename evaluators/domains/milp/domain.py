@@ -141,6 +141,9 @@ class Milp(Domain):
     def baselines(self) -> dict[str, str]:
         return dict(BASELINES)
 
+    def tunes_params(self) -> bool:
+        return self.config.tune_trials > 1  # the first trial is the written defaults
+
     def motifs(self) -> list[tuple[str, str, tuple]]:
         return list(MOTIFS)
 

@@ -209,6 +209,9 @@ class Trading(Domain):
     def baselines(self) -> dict[str, str]:
         return baselines(self.sma_switch_rate())
 
+    def tunes_params(self) -> bool:
+        return self.config.tune_trials > 1  # the first trial is the written defaults
+
     def motifs(self) -> list[tuple[str, str, tuple]]:
         return list(MOTIFS)
 
