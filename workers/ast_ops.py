@@ -125,10 +125,27 @@ def _const_sites(fn: ast.FunctionDef) -> list[ast.Constant]:
             above = parent.get(id(above))
         if isinstance(above, (ast.keyword, ast.Subscript, ast.Slice)):
             continue
-        if isinstance(above, ast.Call) and isinstance(node.value, int):
+        if isinstance(node.value, int) and (_in_index(node, parent) or _call_arg(above, parent)):
             continue
         sites.append(node)
     return sites
+
+
+def _in_index(node: ast.AST, parent: dict) -> bool:
+    """Whether `node` lies inside a subscript's index (as the 2 of `obs[:, 2]` or the 1 of `x[i + 1]`):
+    an integer there must stay one, as a float index raises."""
+    while (above := parent.get(id(node))) is not None:
+        if isinstance(above, ast.Subscript) and node is above.slice:
+            return True
+        node = above
+    return False
+
+
+def _call_arg(above: ast.AST | None, parent: dict) -> bool:
+    """Whether a literal below `above` is a call's argument, itself or in a tuple or list of them (a shape)."""
+    if isinstance(above, (ast.Tuple, ast.List)):
+        above = parent.get(id(above))
+    return isinstance(above, ast.Call)
 
 
 def _nudge(value: float, ctx: OpContext) -> float:

@@ -72,6 +72,15 @@ def test_perturb_const_touches_literals_or_params_only():
     assert seen == {"params", "literal"}
 
 
+def test_perturb_const_keeps_an_integer_index_or_shape_an_integer():
+    # control's baselines read obs[:, 2]; trading's close[:, -22]: a float index raises IndexError
+    code = ('import numpy as np\n\ndef policy(state, params):\n    obs = state["obs"]\n'
+            '    pad = np.zeros((len(obs), 2))\n    return 1.5 * obs[:, 2] - obs[:, -1] + obs[:, 1 + 1] + pad[:, 0]\n')
+    for seed in range(30):
+        child = OPERATORS["perturb_const"](code, _ctx(seed))
+        assert all(part in child for part in ("obs[:, 2]", "obs[:, -1]", "obs[:, 1 + 1]", "(len(obs), 2)")), child
+
+
 def test_swap_operator_never_introduces_division_by_a_variable():
     code = PROGRAM.replace('params["S"] - position', 'params["S"] * position')
     for seed in range(20):
