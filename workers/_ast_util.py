@@ -99,6 +99,13 @@ def is_number(node: ast.AST) -> bool:
             and not isinstance(node.value, bool))
 
 
+def signed_number(node: ast.AST) -> int | float | None:
+    """The value of a numeric literal, or of one with a unary minus (`-1`); None for anything else."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and is_number(node.operand):
+        return -node.operand.value
+    return node.value if is_number(node) else None
+
+
 def magnitude(code: str, fn: ast.FunctionDef) -> float:
     """A typical size of the program's quantities, to scale new parameters' ranges.
 

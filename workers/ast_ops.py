@@ -264,17 +264,73 @@ def add_branch(code: str, ctx: OpContext) -> str | None:
 
 
 def _branch_subjects(fn: ast.FunctionDef) -> list[ast.expr]:
-    """Local variables, and state entries used directly (not only via methods like .sum),
-    which are likely one value per trajectory."""
+    """Local variables, state entries used directly (not only via methods like .sum, or len) and columns
+    `x[:, 3]`, which are likely one value per trajectory; not what the function indexes by row and
+    column (a matrix, as trading's close prices: comparing it gives one value per cell), nor what
+    reads a comprehension's own variable."""
     state = u.arg_name(fn, 0, "state")
     parent = u.parents(fn)
     subjects = [ast.Name(id=name, ctx=ast.Load()) for name in u.local_names(fn)]
     for node in u.body_nodes(fn):
-        direct = not isinstance(parent.get(id(node)), ast.Attribute)
-        if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)
-                and node.value.id == state and direct):
+        above = parent.get(id(node))
+        direct = not isinstance(above, ast.Attribute) and not (  # nor its size alone: len(state["close"])
+            isinstance(above, ast.Call) and isinstance(above.func, ast.Name) and above.func.id == "len")
+        entry = isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == state
+        if (entry and direct) or _column(node):
             subjects.append(copy.deepcopy(node))
-    return list({ast.dump(s): s for s in subjects}.values())
+    matrices, inner = _matrices(fn, state), _comprehension_names(fn)
+    return [s for key, s in {ast.dump(s): s for s in subjects}.items()
+            if key not in matrices and not u.used_names(s) & inner]
+
+
+def _comprehension_names(fn: ast.FunctionDef) -> set[str]:
+    """Names bound only by a comprehension's `for`, unknown where the return reads its value."""
+    inner = {n.id for node in u.body_nodes(fn) if isinstance(node, ast.comprehension)
+             for n in ast.walk(node.target) if isinstance(n, ast.Name)}
+    outside = {n.id for stmt in fn.body for n in _outside_comprehensions(stmt)
+               if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return inner - outside
+
+
+def _outside_comprehensions(node: ast.AST):
+    """The nodes under `node`, not descending into comprehensions."""
+    yield node
+    if not isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+        for child in ast.iter_child_nodes(node):
+            yield from _outside_comprehensions(child)
+
+
+def _column(node: ast.AST) -> bool:
+    """`x[:, k]` with a literal k: one value per row."""
+    index = node.slice if isinstance(node, ast.Subscript) else None
+    return (isinstance(index, ast.Tuple) and len(index.elts) == 2 and isinstance(index.elts[0], ast.Slice)
+            and not any((index.elts[0].lower, index.elts[0].upper, index.elts[0].step))
+            and isinstance(u.signed_number(index.elts[1]), int))
+
+
+def _matrices(fn: ast.FunctionDef, state: str) -> set[str]:
+    """Dumps of the expressions the function indexes by row and column (`close[:, -1]`) or multiplies
+    as matrices, of locals made as lists, and of the state entries a matrix is made from
+    (`close = state["close"].astype(float)`)."""
+    found = {ast.dump(node.value) for node in u.body_nodes(fn)
+             if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Tuple)}
+    found |= {ast.dump(side) for node in u.body_nodes(fn)  # obs @ weights: neither is one value a row
+              if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult) for side in (node.left, node.right)}
+    found |= {ast.dump(t) for node in u.body_nodes(fn) if isinstance(node, ast.Assign)  # scores = [...]: a list
+              and isinstance(node.value, (ast.List, ast.ListComp, ast.Tuple, ast.Dict)) for t in _loads(node.targets)}
+    for node in u.body_nodes(fn):
+        if isinstance(node, ast.Assign) and any(ast.dump(t) in found for t in _loads(node.targets)):
+            source = node.value
+            while isinstance(source, ast.Call) and isinstance(source.func, ast.Attribute):
+                source = source.func.value  # .astype(...), .copy()
+            if isinstance(source, ast.Subscript) and isinstance(source.value, ast.Name) and source.value.id == state:
+                found.add(ast.dump(source))
+    return found
+
+
+def _loads(targets: list[ast.expr]) -> list[ast.Name]:
+    """Assignment targets that are plain names, as the expressions that read them."""
+    return [ast.Name(id=t.id, ctx=ast.Load()) for t in targets if isinstance(t, ast.Name)]
 
 
 def _branch_alternative(fn, expr, name, scale, ctx):

@@ -81,6 +81,29 @@ def test_perturb_const_keeps_an_integer_index_or_shape_an_integer():
         assert all(part in child for part in ("obs[:, 2]", "obs[:, -1]", "obs[:, 1 + 1]", "(len(obs), 2)")), child
 
 
+MATRIX_STATES = [  # trading's seed and baselines read a matrix of close prices (a row of bars per asset)
+    '    close = state["close"]\n    return np.sign(close[:, -1] - close[:, -5])\n',
+    '    close = state["close"].astype(np.float64)\n    return (close[:, -50:].mean(axis=1) > 1.0).astype(float)\n',
+    '    return np.ones(len(state["close"]))\n',
+    '    w = np.arange(1.0, state["close"].shape[1] + 1)\n    return np.tanh(state["close"] @ w)\n',
+    '    scores = [state["close"][:, i] for i in range(3)]\n    return np.argmax(np.stack(scores, axis=1), axis=1)\n',
+]
+
+
+@pytest.mark.parametrize("body", MATRIX_STATES)
+def test_add_branch_gates_on_one_value_per_row_never_on_a_matrix_list_or_comprehension_variable(body):
+    code = "import numpy as np\n\ndef policy(state, params):\n" + body
+    state = {"close": np.random.default_rng(0).uniform(50, 150, (12, 260))}
+    for seed in range(12):
+        child = OPERATORS["add_branch"](code, _ctx(seed))
+        if child is None:  # nothing per row to gate on
+            continue
+        namespace = {}
+        exec(compile(child, "<child>", "exec"), namespace)  # noqa: S102  trusted test code, the mutator never runs it
+        params = {key: spec.default for key, spec in read_params(child).items()}
+        assert np.shape(namespace["policy"](state, params)) == (12,), child
+
+
 def test_swap_operator_never_introduces_division_by_a_variable():
     code = PROGRAM.replace('params["S"] - position', 'params["S"] * position')
     for seed in range(20):
