@@ -139,18 +139,65 @@ def defined_names(tree: ast.Module, fn: ast.FunctionDef) -> set[str]:
 def read_before_assignment(tree: ast.Module, fn: ast.FunctionDef) -> set[str]:
     """Names a statement of `fn`'s body reads that nothing defines before it (or at all).
 
-    A statement may read what it assigns itself (a loop variable, an augmented assignment
-    after an earlier one); that is left to the program's own run.
+    The statements of a loop, an if, a with or a try are followed one by one (a loop's body as on
+    its first pass: `stock = stock + x` in it needs a `stock` before the loop); after an if or a
+    try, a name either part assigns counts as defined; an assignment's value is read before its
+    targets are assigned. Any other statement (a nested def, a match) may read what it assigns
+    itself; that is left to the program's own run.
     """
-    known = defined_names(tree, fn) - set(local_names(fn))
-    missing = set()
-    for stmt in fn.body:
-        stored = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-        stored |= {n.arg for n in ast.walk(stmt) if isinstance(n, ast.arg)}  # lambdas, nested functions
-        stored |= {n.name for n in ast.walk(stmt) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
-        missing |= used_names(stmt) - known - stored
-        known |= stored
+    missing: set[str] = set()
+    _block(fn.body, defined_names(tree, fn) - set(local_names(fn)), missing)
     return missing
+
+
+_BLOCKS = {ast.For: ("iter", "target"), ast.AsyncFor: ("iter", "target"), ast.While: ("test", None),
+           ast.If: ("test", None), ast.With: ("items", None), ast.AsyncWith: ("items", None), ast.Try: (None, None)}
+
+
+def _block(stmts: list[ast.stmt], known: set[str], missing: set[str]) -> None:
+    """Follow `stmts` in order: add to `missing` what each reads before `known` has it; `known` grows."""
+    for stmt in stmts:
+        if type(stmt) in _BLOCKS:
+            _compound(stmt, known, missing)
+        elif isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and stmt.value is not None:
+            _read(stmt.value, known, missing)  # evaluated before its targets are assigned
+            if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
+                missing |= {stmt.target.id} - known
+            _read(stmt, known, missing)
+        else:
+            _read(stmt, known, missing)
+
+
+def _compound(stmt: ast.stmt, known: set[str], missing: set[str]) -> None:
+    head, target = _BLOCKS[type(stmt)]
+    for part in getattr(stmt, head) if head == "items" else [getattr(stmt, head)] if head else []:
+        _read(part, known, missing)  # a with's items store their `as` names too
+    if target:
+        known |= _stored(getattr(stmt, target))
+    parts = [stmt.body, getattr(stmt, "orelse", [])] + [h.body for h in getattr(stmt, "handlers", [])]
+    after = set(known)
+    for part in parts:
+        inner = set(known) | {h.name for h in getattr(stmt, "handlers", []) if h.name}
+        _block(part, inner, missing)
+        after |= inner
+    _block(getattr(stmt, "finalbody", []), after, missing)
+    known |= after
+
+
+def _read(node: ast.AST, known: set[str], missing: set[str]) -> None:
+    """`node` as one step: what it reads beyond `known` and what it assigns itself is missing; then
+    what it assigns is known."""
+    stored = _stored(node)
+    missing |= used_names(node) - known - stored
+    known |= stored
+
+
+def _stored(node: ast.AST) -> set[str]:
+    """Names `node` assigns anywhere in it: targets, loop and comprehension variables, lambda and nested
+    functions' arguments, nested functions and classes."""
+    stored = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    stored |= {n.arg for n in ast.walk(node) if isinstance(n, ast.arg)}  # lambdas, nested functions
+    return stored | {n.name for n in ast.walk(node) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
 
 
 def used_names(node: ast.AST) -> set[str]:

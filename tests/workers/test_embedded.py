@@ -143,6 +143,27 @@ def _run_trusted(code, batch=16):
     return np.asarray(namespace["policy"](state, params))
 
 
+def test_crossover_never_brings_a_loop_that_reads_what_the_parent_no_longer_assigns():
+    """Inventory's myopic policy carries `stock` through a loop (stock = np.maximum(stock + ...));
+    a child whose `stock = ...` before the loop was swapped for another assignment raised
+    UnboundLocalError in every evaluation."""
+    from evaluators.registry import get_domain
+
+    programs = get_domain("inventory").baselines()
+    myopic = programs.pop("myopic")
+    mutator = _mutator(operators=["crossover"])
+    state = {"on_hand": np.full(8, 5.0), "pipeline": np.ones((8, 2)), "mean_demand": np.full(8, 4.0),
+             "lead_time": 2, "period": 3}
+    for parent, donor in [(myopic, other) for other in programs.values()] + [(o, myopic) for o in programs.values()]:
+        for seed in range(8):
+            request = MutationRequest("run", 0, 1, "p0", parent, inspirations=(("d", donor),), seed=seed)
+            with contextlib.suppress(MutationFailed):
+                child = mutator.propose(request).code
+                namespace = {}
+                exec(compile(child, "<child>", "exec"), namespace)  # noqa: S102  trusted test code
+                namespace["policy"](state, {k: spec.default for k, spec in read_params(child).items()})
+
+
 def test_children_still_return_actions_of_the_right_shape():
     mutator, good = _mutator(), 0
     for seed in range(50):
