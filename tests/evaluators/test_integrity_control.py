@@ -2,7 +2,9 @@
 
 Every hostile program's honest behaviour is to do nothing (action 0: no engine),
 so none of them may score better than the honest do-nothing policy; each either
-gets exactly that honest score or a status with a readable reason.
+gets exactly that honest score or a status with a readable reason. The one that
+remembers the tuning rounds' episodes plays a pseudo-random Pendulum policy instead,
+and may score no better than that play without its memory.
 """
 import os
 
@@ -11,6 +13,7 @@ import pytest
 from evaluators.sandbox.config import SandboxConfig
 from evaluators.domains.control.programs import LANDER_HEURISTIC
 from evaluators.evaluator import Evaluator
+from evaluators.secrets import RunSecrets
 from store.records import Status
 from tests.evaluators.hostile import (HUGE_REASON, SNOOP_PRELUDE, WRONG_READY_REASON, assert_outcome,
                                      forge_frame, remember_prelude, huge_reply, wrong_ready)
@@ -166,3 +169,80 @@ REPLIES = {"16 MiB reply": (huge_reply(*ANSWER), HUGE_REASON), "wrong ready": (w
 def test_replies_that_could_hurt_the_evaluator_are_invalid(evaluator, name):
     code, reason = REPLIES[name]
     assert_outcome(evaluator.evaluate("reply", code, "search"), Status.INVALID, reason)
+
+
+# Pendulum: every episode runs to the step limit (the rows never change order), its dynamics
+# are deterministic and each step's reward follows from the observation and the action, so a
+# program can recognise an episode by its first observation, keep what its actions earned there
+# and replay the best sequence it has met when the same episode comes again in a later round.
+PLAY = '''\
+import numpy as np
+
+PARAMS = {"p": (0.0, 0.0, 10.0)}
+
+
+def _honest(obs, params):  # a pseudo-random bang-bang play, a fixed function of the observation
+    x = obs.astype(float) @ np.array([12.9898, 78.233, 37.719]) * 437.58 + params["p"] * 91.3
+    return np.where(np.sin(x) >= 0, 2.0, -2.0)
+'''
+MEMORISE = PLAY + '''
+BEST = {}  # episode (first observation) -> (return, actions)
+RUN = {}
+
+
+def _angle(obs):
+    return np.arctan2(obs[:, 1].astype(float), obs[:, 0].astype(float))
+
+
+def _continues(obs):
+    prev = RUN.get("obs")
+    if prev is None or len(prev) != len(obs):
+        return False
+    gap = _angle(obs) - _angle(prev) - obs[:, 2].astype(float) * 0.05
+    return bool((np.abs((gap + np.pi) % (2 * np.pi) - np.pi) < 1e-3).all())
+
+
+def _commit():
+    for key, total, acts in zip(RUN.get("keys", []), RUN.get("returns", []), RUN.get("acts", [])):
+        if key not in BEST or total > BEST[key][0]:
+            BEST[key] = (total, list(acts))
+
+
+def act(obs, params):
+    if not _continues(obs):
+        _commit()
+        RUN.update(keys=[tuple(np.round(row, 4).tolist()) for row in obs], returns=[0.0] * len(obs),
+                   acts=[[] for _ in obs], step=0)
+    out = _honest(obs, params)
+    step = RUN["step"]
+    for i, key in enumerate(RUN["keys"]):
+        if key in BEST and step < len(BEST[key][1]):
+            out[i] = BEST[key][1][step]
+    theta, speed = _angle(obs), obs[:, 2].astype(float)
+    for i in range(len(obs)):
+        RUN["returns"][i] -= theta[i] ** 2 + 0.1 * speed[i] ** 2 + 0.001 * out[i] ** 2
+        RUN["acts"][i].append(float(out[i]))
+    RUN["obs"], RUN["step"] = obs.copy(), step + 1
+    return out
+'''
+REPLAY_OPTIONS = {"env": "Pendulum-v1", "search_seeds": 12, "validation_seeds": 12, "max_steps": 40,
+                  "tune_trials": 12, "tune_batch": 10}
+
+
+@pytest.mark.parametrize("split", ["search", "validation"])
+def test_a_program_that_remembers_the_tuning_rounds_episodes_scores_what_its_play_earns_without_memory(split):
+    """The tuning rounds replay the same episodes to one process: a program that kept the best
+    actions it found per episode in round one and replayed them in round two would score the
+    best of ten tries on every episode. Only episodes that tuning never showed may count, so its
+    score is exactly that of its tuned play with no memory (the same episodes, nothing to tune)."""
+    evaluator = Evaluator("control", REPLAY_OPTIONS, SandboxConfig(wall_s=60, startup_s=10),
+                          secrets=RunSecrets.fixed(7))
+    memorise = evaluator.evaluate("memorise", MEMORISE, split)
+    assert memorise.status == Status.OK, memorise.error
+    tuned = repr(memorise.tuned_params["p"])
+    plain = PLAY.replace('PARAMS = {"p": (0.0, 0.0, 10.0)}', "") + (
+        f"\n\ndef act(obs, params):\n    return _honest(obs, {{'p': np.full(len(obs), {tuned})}})\n")
+    without_memory = evaluator.evaluate("plain", plain, split)
+    assert without_memory.status == Status.OK, without_memory.error
+    assert memorise.instance_scores == pytest.approx(without_memory.instance_scores, abs=1e-9), \
+        (memorise.score, without_memory.score)

@@ -80,7 +80,8 @@ def control_attack():
     known = list(range(50)) + list(range(1000, 1050))
     for guess in GUESSES:
         domain = get_domain("control", **CONTROL, secrets=RunSecrets.fixed(guess))
-        known += [int(s) for split in ("search", "validation", "heldout") for s in domain.seeds(split)]
+        known += [int(s) for split in ("search", "validation", "heldout")
+                  for s in [*domain.seeds(split), *domain.measure_seeds(split)]]
     return secret_attacks.control(_first_observations(known), LANDER_HEURISTIC), \
         secret_attacks.control([], LANDER_HEURISTIC)
 

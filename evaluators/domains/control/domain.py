@@ -12,10 +12,16 @@ A program's PARAMS are tuned by optuna on the search seeds (the same budget for
 evolved programs and baselines), all trials of a round stepped together as extra
 rows. The linear baseline, recognised by its parameter names, is tuned by
 CMA-ES with its own budget (`linear_trials`, meant to equal the run's
-`max_evals`). Score: mean return; the held-out split re-tunes on the search
-seeds and measures on held-out seeds only; the validation split tunes and
-scores on seeds of its own, like the search split. Every split's reset seeds
-and the samplers' seeds derive from the run's secrets (`evaluators.secrets`).
+`max_evals`). Score: mean return of the tuned values, measured once on as many
+fresh search episodes that no tuning round showed. The rounds replay the same
+episodes to the candidate's process, which lives through them all: a program
+could recognise an episode by its first observation and replay, in a later
+round, the best actions it met there, so no score comes from a tuning episode
+(a program without PARAMS plays the fresh episodes only). The held-out split
+re-tunes on the search seeds and measures on held-out seeds only; the
+validation split tunes and measures on seeds of its own, like the search split.
+Every split's reset seeds (no seed in two sets) and the samplers' seeds derive
+from the run's secrets (`evaluators.secrets`).
 """
 from __future__ import annotations
 
@@ -35,6 +41,7 @@ from evaluators.userdata import hidden
 from store.records import EvalResult
 
 
+SPLITS = ("search", "validation", "heldout")  # each split's episodes avoid the earlier ones'
 ENV_IDS = ("LunarLander-v3", "Pendulum-v1", "MountainCarContinuous-v0")
 SOLVED = {"LunarLander-v3": 200.0, "Pendulum-v1": -150.0, "MountainCarContinuous-v0": 90.0}
 LINEAR_BOUND = {"LunarLander-v3": 3.0, "Pendulum-v1": 10.0, "MountainCarContinuous-v0": 50.0}  # obs scales differ
@@ -46,8 +53,8 @@ class ControlConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     env: str = Field("LunarLander-v3", min_length=1, description="A registered gymnasium environment id, pinned with its version: LunarLander-v3, Pendulum-v1 and MountainCarContinuous-v0 come with seed programs, baselines and motifs; any other with a flat Box observation and a Box or Discrete action space (CartPole-v1, Acrobot-v1, an installed package's own as 'package.module:Name-v0') starts from a generic seed program.")
-    search_seeds: int = Field(20, ge=1, le=1000, description="Episodes of the search split (reset seeds drawn from the run's search secret); PARAMS are tuned on them.")
-    validation_seeds: int = Field(10, ge=1, le=1000, description="Episodes of the validation split (reset seeds from the validation secret), tuned on and scored like the search split.")
+    search_seeds: int = Field(20, ge=1, le=1000, description="Episodes of the search split (reset seeds drawn from the run's search secret): PARAMS are tuned on them and the tuned values scored on as many fresh ones.")
+    validation_seeds: int = Field(10, ge=1, le=1000, description="Episodes of the validation split (reset seeds from the validation secret), tuned on, and as many fresh ones scored, like the search split.")
     heldout_seeds: int = Field(100, ge=1, le=10_000, description="Episodes of the held-out measurement (reset seeds from the held-out secret).")
     max_steps: int | None = Field(None, ge=1, le=100_000, description="Episode step limit (truncation); None keeps the environment's registered limit.")
     tune_trials: int = Field(12, ge=1, le=10_000, description="Optuna trials per evaluation; the first is the program's PARAMS defaults.")
@@ -130,30 +137,55 @@ class Control(Domain):
         return tuple(os.path.dirname(m.__file__) for m in (gym, Box2D)) + (hidden(own) if own else ())
 
     def seeds(self, split: str) -> np.ndarray:
-        """The reset seeds of `split`: distinct draws below 2**31 from the run's secret of that split.
+        """The reset seeds PARAMS are tuned on in `split` (held-out: the episodes it is measured on).
 
         The same for every program of a run (common random numbers); unknown to the
         candidate, which could otherwise recognise an episode by its first observation.
         """
+        return self._episode_sets(check_split(split))[0]
+
+    def measure_seeds(self, split: str) -> np.ndarray:
+        """The episodes a score of `split` is measured on: on search and validation as many fresh ones
+        as the tuning episodes, which no tuning round showed the program; on held-out its own."""
+        return self._episode_sets(check_split(split))[-1]
+
+    def _episode_sets(self, split: str) -> list[np.ndarray]:
+        """`split`'s reset seeds, distinct draws below 2**31 from the run's secret of that split: the
+        tuning episodes then the measured ones (held-out: one set, measured). No seed is in two sets,
+        nor in an earlier split's (search, validation, held-out), so no score reuses an episode."""
+        taken: set[int] = set()
+        for earlier in SPLITS[:SPLITS.index(split)]:
+            taken.update(int(s) for sets in self._episode_sets(earlier) for s in sets)
         count = {"search": self.config.search_seeds, "validation": self.config.validation_seeds,
-                 "heldout": self.config.heldout_seeds}[check_split(split)]
-        rng, seeds = self.secrets.generator(split, "reset"), []
+                 "heldout": self.config.heldout_seeds}[split]
+        keys = [("reset",)] if split == "heldout" else [("reset",), ("reset", "measure")]
+        sets = []
+        for key in keys:
+            sets.append(self._draw(self.secrets.generator(split, *key), count, taken))
+            taken.update(sets[-1].tolist())
+        return sets
+
+    @staticmethod
+    def _draw(rng: np.random.Generator, count: int, taken: set[int]) -> np.ndarray:
+        seeds: list[int] = []
         while len(seeds) < count:
-            seeds = list(dict.fromkeys(seeds + [int(s) for s in rng.integers(0, 2 ** 31, size=count - len(seeds))]))
+            drawn = (int(s) for s in rng.integers(0, 2 ** 31, size=count - len(seeds)))
+            seeds = list(dict.fromkeys(seeds + [s for s in drawn if s not in taken]))
         return np.asarray(seeds, dtype=np.int64)
 
     def evaluate(self, policy: PolicyFn, params: dict[str, ParamSpec], split: str) -> Outcome:
-        if check_split(split) == "heldout" and not params:  # nothing to tune: measure only
-            episodes = self.runner.run(policy, self.seeds("heldout"), {})
-            return self._outcome(episodes, Tuned({}, episodes, 1), params)
-        tune_on = "validation" if split == "validation" else "search"  # held-out re-tunes on the search seeds
-        tuned = self.tuner.tune(policy, params, self.seeds(tune_on), self.secrets.seed(tune_on, "tuner", bits=32))
-        episodes = tuned.episodes
-        if split == "heldout":
-            seeds = self.seeds("heldout")
-            fixed = {name: np.full(len(seeds), float(v)) for name, v in tuned.values.items()}
-            episodes = self.runner.run(policy, seeds, fixed)
-        return self._outcome(episodes, tuned, params)
+        """Tune PARAMS on the split's tuning episodes (held-out: the search ones), then measure the tuned
+        values, in one pass, on episodes that no tuning round showed (`measure_seeds`): the rounds
+        replay the same episodes to the same process, so a program that remembered round one's
+        episodes could play every later round with hindsight. Only the measured episodes count."""
+        if params:
+            tune_on = "validation" if check_split(split) == "validation" else "search"
+            tuned = self.tuner.tune(policy, params, self.seeds(tune_on), self.secrets.seed(tune_on, "tuner", bits=32))
+        else:
+            tuned = Tuned({}, None, 1)
+        seeds = self.measure_seeds(split)
+        fixed = {name: np.full(len(seeds), float(v)) for name, v in tuned.values.items()}
+        return self._outcome(self.runner.run(policy, seeds, fixed), tuned, params)
 
     def _outcome(self, ep: Episodes, tuned: Tuned, params: dict[str, ParamSpec]) -> Outcome:
         spec, threshold = self.spec, self.threshold
@@ -198,9 +230,9 @@ class Control(Domain):
         actions = (f"one of {spec.actions} discrete actions" if spec.discrete else
                    f"{spec.actions} continuous action(s) in [{float(spec.low.min()):g}, {float(spec.high.max()):g}]")
         return (f"Control of gymnasium's {spec.env_id}: the policy maps each observation ({spec.obs_dim} numbers) "
-                "to " + actions + ". The score is the mean episode return over the search seeds (higher is better"
+                "to " + actions + ". The score is the mean episode return over fresh search episodes (higher is better"
                 + ("" if self.threshold is None else f"; {self.threshold:g} counts as solved")
-                + "). PARAMS are tuned on the search seeds.")
+                + "). PARAMS are tuned on other search episodes, which never count for the score.")
 
     def contract(self) -> str:
         kind = "an integer action per row" if self.spec.discrete else "a float per row (or a (rows, act_dim) array)"

@@ -206,7 +206,7 @@ class Tuned:
     """The best trial: its parameter values, its episodes, and how many trials were run."""
 
     values: dict[str, float]
-    episodes: Episodes
+    episodes: Episodes | None  # on the tuning episodes (None: nothing was tuned)
     trials: int
     out_of_range: int = 0  # trials that failed with an action out of range
 
@@ -220,9 +220,8 @@ class Tuner:
         self.linear = set(progs.linear_names(spec.obs_dim, spec.actions, spec.discrete))
 
     def tune(self, policy: PolicyFn, params: dict[str, ParamSpec], seeds, sampler_seed: int) -> Tuned:
-        """Tune on the episodes of reset `seeds`; `sampler_seed` seeds the samplers (from the run's secret)."""
-        if not params:
-            return Tuned({}, self.runner.run(policy, seeds, {}), 1)
+        """Tune `params` (at least one) on the episodes of reset `seeds`; `sampler_seed` seeds the samplers
+        (from the run's secret). The best's episodes are the tuning ones: never a score (see `Control.evaluate`)."""
         if set(params) == self.linear:
             return self._cma(policy, params, seeds, sampler_seed)
         cfg = self.config

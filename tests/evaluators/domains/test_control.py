@@ -175,6 +175,12 @@ def test_reset_seeds_come_from_the_run_secrets_one_set_per_split():
     assert not set(seeds["search"].tolist()) & set(seeds["heldout"].tolist())
     assert not set(seeds["validation"].tolist()) & (set(seeds["search"].tolist()) | set(seeds["heldout"].tolist()))
     assert all(np.array_equal(twin.seeds(split), s) for split, s in seeds.items())  # the same run: the same
+    measured = {split: domain.measure_seeds(split) for split in ("search", "validation")}
+    assert [len(set(s.tolist())) for s in measured.values()] == [30, 10]  # as many fresh episodes as tuned on
+    every = [s.tolist() for s in [*seeds.values(), *measured.values()]]
+    assert len(set().union(*every)) == sum(map(len, every))  # no episode in two sets
+    assert np.array_equal(domain.measure_seeds("heldout"), seeds["heldout"])
+    assert all(np.array_equal(twin.measure_seeds(split), s) for split, s in measured.items())
     fresh = get_domain("control", **options)  # drawn secrets: another run's episodes
     assert not set(fresh.seeds("search").tolist()) & set(seeds["search"].tolist())
     assert seeds["search"].max() >= 2 ** 20  # not a small guessable range like 0-19
