@@ -35,7 +35,7 @@ from pathlib import Path
 import duckdb
 
 from controller.cli import UserError
-from controller.rundir import ARCHIVE, BACKUP, alive, check_can_make, in_use
+from controller.rundir import ARCHIVE, BACKUP, check_can_make, in_use, remove_abandoned
 from store.duckdb_archive import ArchiveDamaged, DuckDBArchive, copy_whole, flush_dir
 from store.readonly import first_line
 
@@ -407,7 +407,7 @@ def restore(run_dir: Path, source: Path | None = None) -> str:
                         "(1800 s by default) once it has run that long; a backup kept elsewhere (its copy in "
                         "controller.backup_dir) is given as --from-backup FILE")
     current = _run_of(archive, run_dir) if archive.exists() else None  # the run the archive holds, where it reads
-    _remove_abandoned(run_dir)
+    remove_abandoned(run_dir, "restoring")  # what a restore killed mid-way was staging
     staged = run_dir / f".{ARCHIVE}.{os.getpid()}.restoring"
     kept = None
     try:
@@ -454,25 +454,18 @@ def _swap(archive: Path, staged: Path, kept: Path | None) -> None:
     try:
         wal = archive.with_name(archive.name + ".wal")
         if kept is not None:
+            kept_wal = kept.with_name(kept.name + ".wal")
             try:
                 os.link(archive, kept)
                 if wal.exists():
-                    os.link(wal, kept.with_name(kept.name + ".wal"))
+                    os.link(wal, kept_wal)
             except OSError as exc:
                 if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
                     raise
                 os.replace(archive, kept)
                 if wal.exists():
-                    os.replace(wal, kept.with_name(kept.name + ".wal"))
+                    os.replace(wal, kept_wal)
         os.replace(staged, archive)
         wal.unlink(missing_ok=True)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
-
-
-def _remove_abandoned(run_dir: Path) -> None:
-    """Copies that restores killed mid-way were still staging (their process gone)."""
-    for path in run_dir.glob(f".{ARCHIVE}.*.restoring*"):
-        pid = path.name.split(".")[3]
-        if pid.isdigit() and not alive(int(pid)):
-            path.unlink(missing_ok=True)

@@ -34,13 +34,14 @@ def not_live(run_dir: Path, why: str = "") -> UserError:
 def not_readable(run_dir: Path) -> UserError | None:
     """The line for a live run whose control.json (mode 0600) this user may not read: another user's
     run was said to be "not live" while it ran. None where the record is readable, or the run not live."""
-    from controller.rundir import _owner, driver_holds
+    from controller.rundir import driver_holds
+    from store.readonly import owner_of
 
     try:
         (run_dir / control.RECORD).read_bytes()
     except PermissionError:
         if driver_holds(run_dir):
-            owner = _owner(run_dir / control.RECORD)
+            owner = owner_of(run_dir / control.RECORD)
             return UserError(f"{run_dir}: the run is live, but its {control.RECORD} (the control plane's address "
                              "and token) is readable by the user who started it only, so only they can steer or "
                              f"watch it{f' (run this as {owner})' if owner else ''}")

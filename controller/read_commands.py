@@ -246,9 +246,10 @@ def _heldout_text(status: str | None, score: float | None, error: str | None) ->
     """The best's held-out score, or why there is none (an evaluation that did not end OK is no 'not yet')."""
     if status is None:
         return "not evaluated yet"
-    if status != "OK":
-        lines = (error or "").strip().splitlines()
-        return f"none: {status}" + (f" ({lines[-1][:200]})" if lines else "")
+    if status != "OK":  # the reason as the held-out table gives it, never the program's own output
+        from store.records import reason_line
+
+        return f"none: {status}" + (f" ({reason_line(error)[:200]})" if (error or "").strip() else "")
     return f"{score:.5g}"
 
 

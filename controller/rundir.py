@@ -101,7 +101,9 @@ class NotWritable(UserError):
         if "read-only file system" in error.lower():
             super().__init__(f"{archive}: read-only file system ({why}); {copy}")
             return
-        owner = _owner(archive)
+        from store.readonly import owner_of
+
+        owner = owner_of(archive)
         fix = f"make it writable (chmod -R u+w {run_dir})" if owner is None else f"run it as the run's owner ({owner})"
         super().__init__(f"{archive}: permission denied ({why}): the run directory is not writable by this "
                          f"user; {fix}, or {copy}")
@@ -109,22 +111,6 @@ class NotWritable(UserError):
     def because(self, why: str) -> NotWritable:
         """The same refusal, saying why the command needs to write."""
         return NotWritable(self.run_dir, self.error, why)
-
-
-def _owner(path: Path) -> str | None:
-    """Who owns `path` when that is not this user (None: this user, or cannot be told)."""
-    import pwd
-
-    try:
-        uid = path.stat().st_uid
-    except OSError:
-        return None
-    if uid == os.geteuid():
-        return None
-    try:
-        return f"{pwd.getpwuid(uid).pw_name}, uid {uid}"
-    except KeyError:
-        return f"uid {uid}"
 
 
 def in_use(run_dir: Path, error: str) -> UserError:
@@ -200,7 +186,7 @@ def create_archive(run_dir: Path, run_id: str, config: dict, text: str, setup=No
     archive.duckdb always holds a whole run, whenever the driver is killed."""
     from store.duckdb_archive import DuckDBArchive
 
-    _remove_abandoned(run_dir)
+    remove_abandoned(run_dir)
     tmp = run_dir / f".{ARCHIVE}.{os.getpid()}.creating"
     try:
         with DuckDBArchive(tmp) as archive:
@@ -215,9 +201,10 @@ def create_archive(run_dir: Path, run_id: str, config: dict, text: str, setup=No
     return open_archive(run_dir)
 
 
-def _remove_abandoned(run_dir: Path) -> None:
-    """Archives that killed drivers were still creating."""
-    for path in run_dir.glob(f".{ARCHIVE}.*.creating*"):
+def remove_abandoned(run_dir: Path, doing: str = "creating") -> None:
+    """Copies of the archive that killed processes were still making: `.archive.duckdb.PID.DOING*`
+    (a driver creating it, a restore staging its backup) whose PID is gone."""
+    for path in run_dir.glob(f".{ARCHIVE}.*.{doing}*"):
         pid = path.name.split(".")[3]
         if pid.isdigit() and not alive(int(pid)):
             path.unlink(missing_ok=True)

@@ -30,7 +30,7 @@ import duckdb
 import msgpack
 
 from store.arrow import pa
-from store.readonly import QueryError, explained, first_line, reads
+from store.readonly import QueryError, explained, first_line, owner_of, reads
 
 SOCKET = "archive.sock"
 LIVE_NOTE = "live run: answered by the process holding it"
@@ -229,15 +229,10 @@ def ask_arrow(run_dir: str | Path, sql: str) -> tuple[list[str], pa.Table | None
 
 def not_served_here(run_dir: Path) -> str:
     """Why this user may not ask the holder of RUN_DIR's archive: its socket is its owner's (to connect is to write)."""
-    import pwd
-
-    try:
-        uid = (run_dir / SOCKET).stat().st_uid
-        owner = f" ({pwd.getpwuid(uid).pw_name}, uid {uid})"
-    except (OSError, KeyError):
-        owner = ""
+    owner = owner_of(run_dir / SOCKET)
     return (f"{run_dir}: the run is live, and the process holding its archive (its driver, or `atoll report`) "
-            f"answers the user who started it only ({SOCKET}: permission denied); run this as that user{owner}, "
+            f"answers the user who started it only ({SOCKET}: permission denied); run this as that user"
+            f"{f' ({owner})' if owner else ''}, "
             "or after the run has ended")
 
 

@@ -8,6 +8,7 @@ cannot change settings.
 """
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -110,3 +111,19 @@ def cut_short(con, path: Path) -> str | None:
         return None
     return (f"Could not read enough bytes from file {str(path)!r}: it is {size:,} bytes, and the {row[1]} blocks "
             f"of {row[0]:,} bytes in use need {row[0] * row[1]:,}; it was cut short")
+
+
+def owner_of(path: Path) -> str | None:
+    """Who owns `path` when that is not this user ("NAME, uid N"; None: this user, or cannot be told)."""
+    import pwd
+
+    try:
+        uid = path.stat().st_uid
+    except OSError:
+        return None
+    if uid == os.geteuid():
+        return None
+    try:
+        return f"{pwd.getpwuid(uid).pw_name}, uid {uid}"
+    except KeyError:
+        return f"uid {uid}"
