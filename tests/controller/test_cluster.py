@@ -53,6 +53,7 @@ def test_a_runs_evaluations_land_on_every_node(cluster, tmp_path):
     assert not shared.exists() or shared.read_text().strip() != cluster.address
 
 
+@pytest.mark.slow
 def test_a_node_lost_and_a_node_added_mid_run_leave_a_whole_archive(cluster, tmp_path):
     run_dir = tmp_path / "run"
     before = _node_ids(cluster)

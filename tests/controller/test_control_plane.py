@@ -269,6 +269,7 @@ def _behind_a_dropping_firewall(tmp_path, run_dir):
             record.write_bytes(kept)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("nsenter")),
                     reason="needs root, unshare and nsenter (util-linux) to give the run a network namespace")
 def test_a_live_run_whose_control_plane_is_out_of_reach_is_said_to_be_live_and_goes_on(tmp_path):
@@ -319,6 +320,7 @@ def _drain_ends(run_dir) -> float | None:
     return rows[0][0] + json.loads(rows[0][1])["finish_within_s"] if rows else None
 
 
+@pytest.mark.slow
 def test_more_wall_time_given_while_the_run_drains_lets_it_search_on(tmp_path):
     """`atoll set run.max_wall_s` after the wall time was spent, while what was in flight finished: the
     run searched on until the drain's end, then dropped all its work at every tick until the new time ran out."""

@@ -29,6 +29,7 @@ def _one_line(text: str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)  # minutes on a busy 2-core machine
 def test_two_runs_at_once_finish_and_a_second_driver_on_a_live_run_is_refused(tmp_path):
     a_dir, b_dir = tmp_path / "a", tmp_path / "b"
@@ -85,6 +86,7 @@ def _fill(disk) -> object:
     return filler
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)  # minutes on a busy 2-core machine
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs for the run directory needs root")
 def test_a_full_disk_stops_the_run_cleanly_and_resume_finishes_once_space_is_free(tmp_path):
@@ -217,6 +219,7 @@ def test_bad_input_is_refused_before_the_run_exists(tmp_path, args, needle):
 HANGING_SEED = tiny_domain("hang", "def act(state, params):\n    while True:\n        pass\n")
 
 
+@pytest.mark.slow
 def test_resuming_a_run_whose_seed_failed_says_so(tmp_path):
     run_dir = tmp_path / "run"
     (tmp_path / "hang.py").write_text(HANGING_SEED)
@@ -272,6 +275,7 @@ def test_a_damaged_archive_is_one_line_that_says_so(tmp_path):
     assert "Continue with" not in status.stdout
 
 
+@pytest.mark.slow
 def test_a_damaged_archive_is_resumed_from_its_backup_which_keeps_the_damaged_file(tmp_path):
     """A disk error after hours of search: the run's backup (made every controller.backup_every_s)
     is offered where the damage is reported, and `resume --from-backup` completes the budget from it."""
@@ -320,6 +324,7 @@ def test_a_damaged_archive_is_resumed_from_its_backup_which_keeps_the_damaged_fi
         f"(archive.backup.duckdb): atoll resume {lost} --from-backup")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)  # two runs' Ray starts on a busy 2-core machine
 def test_a_run_whose_sessions_are_all_shorter_than_the_backup_interval_is_backed_up(tmp_path):
     """A preemptible machine: every session ends before controller.backup_every_s. The interval counts
@@ -341,6 +346,7 @@ def test_a_run_whose_sessions_are_all_shorter_than_the_backup_interval_is_backed
     assert rows[0][0] >= 1
 
 
+@pytest.mark.slow
 def test_a_backup_of_another_run_never_replaces_a_run_whose_archive_reads(tmp_path):
     """The wrong file given at 3 a.m.: `resume DIR --from-backup FILE` where FILE holds another run and
     DIR's archive is whole is refused, DIR untouched; that run goes on in a folder of its own."""
@@ -367,6 +373,7 @@ def test_a_backup_of_another_run_never_replaces_a_run_whose_archive_reads(tmp_pa
     assert f'"{text}"' in line and "nothing was changed" in line and not (tmp_path / "newer").exists(), line
 
 
+@pytest.mark.slow
 def test_a_run_whose_machine_is_lost_resumes_elsewhere_from_its_copy_in_backup_dir(tmp_path):
     """controller.backup_dir (another disk or machine) gets a copy of each backup as RUN_ID.duckdb; with
     the run directory gone whole, `resume NEWDIR --from-backup FILE` makes NEWDIR and finishes the budget."""

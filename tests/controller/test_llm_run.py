@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from store.query import run_query
 from tests.tiny import llm_config
 from tests.workers.scripted_llm import ScriptedLLM, cut, hang, parent_code, reasoned, reply, slow, stall, status, strict
@@ -104,6 +106,7 @@ def test_scripted_replies_each_end_in_their_status_and_the_run_finishes(tmp_path
     assert "LLM calls by model" in status_out.stdout and "llm:scripted" in status_out.stdout
 
 
+@pytest.mark.slow
 def test_the_call_budget_stops_requests_and_a_resume_keeps_what_is_left(tmp_path):
     run_dir = tmp_path / "run"
     with ScriptedLLM([reply(good_diff), reply(rewrite)], cycle=True) as server:
@@ -117,6 +120,7 @@ def test_the_call_budget_stops_requests_and_a_resume_keeps_what_is_left(tmp_path
         assert _rows(run_dir, "SELECT count(*) FROM llm_calls")[0][0] == 6 == len(server.requests)
 
 
+@pytest.mark.slow
 def test_a_model_whose_calls_keep_failing_is_named_on_stderr_and_so_is_its_return(tmp_path):
     """An endpoint that refuses every call for a while: the run says so once, keeps asking, and says
     when it answers again (before, nothing showed until the run's LLM table at its end)."""
@@ -143,6 +147,7 @@ def test_a_model_whose_calls_keep_failing_is_named_on_stderr_and_so_is_its_retur
     assert len(server.requests) <= 86  # paused while failing: no call beyond the script's steps
 
 
+@pytest.mark.slow
 def test_a_reasoning_models_drafts_are_left_out_and_replies_cut_at_max_tokens_are_named_once(tmp_path):
     """A reasoning model drafts before its answer (`<think>`...`</think>`, or only the end when the chat
     template opened the section) and may spend every token thinking: drafts are never applied, a cut
@@ -190,6 +195,7 @@ def test_a_reasoning_models_drafts_are_left_out_and_replies_cut_at_max_tokens_ar
     assert statuses == {"unparseable": 3, "ok": 20}, statuses
 
 
+@pytest.mark.slow
 def test_an_endpoint_that_never_answers_is_paused_not_hammered(tmp_path):
     """Every call fails at once (HTTP 400, not retried): the model is paused, longer each time,
     instead of being asked hundreds of times a second until the wall time (94,579 calls in 200 s

@@ -148,6 +148,7 @@ def _until_dead(actor, limit: float = 60) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_a_job_sent_to_an_evaluator_already_dead_is_not_charged_with_its_death(ray_cluster, archive, tmp_path):
     """The job never ran there: it is sent again uncharged. It was charged as if it had killed the
     evaluator, and with `actor_death_retries = 0` (or after two such idle actors) stored FAILED."""

@@ -69,6 +69,7 @@ def test_an_llm_writes_a_skills_abstraction_from_the_parents_feedback(smollm2):
     assert 0 < len(text) <= 1500 and "\n" not in text
 
 
+@pytest.mark.slow
 def test_a_warm_run_shows_the_librarys_skills_to_the_local_model_and_counts_its_prompt_variant(tmp_path):
     """The real entry point with SmolLM2 (island 0 LLM-only): the stored prompts carry the ranked
     skills, every LLM child's search result is one use of the prompt variant it was asked with, and

@@ -51,6 +51,7 @@ def test_bad_warm_start_sources_are_refused_before_a_run_starts(atoll_cli, tmp_p
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_a_completed_run_resumed_sends_its_contribution_to_a_library_that_missed_it(atoll_cli, tmp_path,
                                                                                     monkeypatch):
     run_dir = tmp_path / "run"

@@ -91,6 +91,7 @@ def _read_only_copy(run_dir, to, lacking: str | None = None):
     return to
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv "
                     "(util-linux) to drop the capabilities that override permission bits")
 def test_a_report_on_a_read_only_copy_reads_a_complete_table_and_refuses_only_what_it_would_write(tmp_path):

@@ -60,6 +60,7 @@ def test_scaffold_then_check_run_query_and_resume_from_the_archive_alone(tmp_pat
         "seed", domain.seed_program, "heldout").status == Status.OK
 
 
+@pytest.mark.slow
 def test_the_scaffolds_own_tests_pass(tmp_path):
     atoll("new-domain", "shelf", "--dir", "mine", cwd=tmp_path)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -99,6 +100,7 @@ def installed(tmp_path_factory):
     return target
 
 
+@pytest.mark.slow
 def test_a_domain_from_an_installed_package_works_the_same_way(installed, tmp_path):
     (tmp_path / "shelf.toml").write_text('[run]\nname = "shelf"\n\n[domain]\nname = "shelfprice"\n')
     check = atoll("check", "shelf.toml", *SMALL_DOMAIN, cwd=tmp_path, path=[installed])

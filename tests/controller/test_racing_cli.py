@@ -56,6 +56,7 @@ def _rows(run_dir, sql):
         return archive.con.execute(sql).fetchall()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_raced_rows_are_partial_never_best_and_stay_right_after_kill_and_resume(tmp_path):
     (tmp_path / "targets.py").write_text(DOMAIN)

@@ -26,6 +26,7 @@ def test_search_trials_count_every_evaluated_program_and_keep_only_real_scores(t
     assert sorted(trials["search_scores"]) == [-0.1, 0.4]
 
 
+@pytest.mark.slow
 def test_a_held_out_row_that_timed_out_is_named_and_report_again_scores_it_under_the_new_limit(tmp_path):
     """A held-out evaluation killed at the wall limit (a busy machine) is kept as TIMEOUT and reused by
     `atoll report`, which names it with the way out; `report --again`, after a resume raised the limit,

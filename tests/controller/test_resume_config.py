@@ -32,6 +32,7 @@ def _scored(run_dir) -> int:
                                    ).fetchone()[0]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)  # two runs' Ray starts on a busy 2-core machine
 def test_a_run_on_moved_data_resumes_from_the_new_path_and_only_on_the_same_content(tmp_path):
     old, new = tmp_path / "old", tmp_path / "restored"

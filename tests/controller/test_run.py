@@ -75,6 +75,7 @@ def test_run_then_best_status_and_query(atoll_cli, tmp_path):
     assert_secrets_drawn_stored_and_used(run_dir)
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_the_report_keeps_the_search_and_the_report_command_finishes_it(atoll_cli, tmp_path):
     run_dir = tmp_path / "run"
     cmd = [sys.executable, "-m", "controller", "run", "configs/inventory.toml", "--run-dir", str(run_dir),
@@ -225,6 +226,7 @@ def test_query_answers_during_a_live_run_and_a_second_ctrl_c_while_stopping_is_o
     assert [r["status"] for r in runs if str(run_dir) in json.dumps(r)] == ["interrupted"], runs
 
 
+@pytest.mark.slow
 def test_a_hangup_of_the_runs_terminal_stops_it_as_ctrl_c_does_and_a_resume_finishes_it(atoll_cli, tmp_path):
     """The terminal the run was started from goes away (an ssh session dropped): the kernel hangs the
     terminal up and sends SIGHUP. It killed the driver with everything committed but its archive's
@@ -291,6 +293,7 @@ def _tiny_with_wall_s(seconds: int) -> list[str]:
     return [x if x != "run.max_wall_s=240" else f"run.max_wall_s={seconds}" for x in TINY]
 
 
+@pytest.mark.slow
 def test_a_search_whose_mutators_ran_out_of_new_programs_says_so(tmp_path):
     """One operator on one island soon has nothing new to propose: the run says so once (and keeps the
     event), then idles until its wall time; the test stops it once the note is out."""
@@ -321,6 +324,7 @@ def test_a_search_whose_mutators_ran_out_of_new_programs_says_so(tmp_path):
     assert in_a_row >= 1000  # kept in the archive too, and shown by `atoll watch`
 
 
+@pytest.mark.slow
 def test_wall_time_ends_the_run_cleanly_and_it_says_it_waits_for_what_is_in_flight(atoll_cli, tmp_path):
     """Out of wall time with an evaluation still running (a MILP one lasts a minute): one line says that
     nothing new starts, how long the jobs in flight may take, and that Ctrl-C stops at once; what was in

@@ -8,6 +8,8 @@ an actor that had drawn secrets of its own would have scored other data.
 """
 from pathlib import Path
 
+import pytest
+
 from evaluators.evaluator import Evaluator
 from evaluators.sandbox.config import SandboxConfig
 from evaluators.secrets import RunSecrets
@@ -62,6 +64,7 @@ def assert_secrets_drawn_stored_and_used(run_dir: Path) -> None:
     assert rescored_exactly(run_dir, seed_program) == 5  # 4 baselines and the seed, spread over both actors
 
 
+@pytest.mark.slow
 def test_a_replay_seed_reproduces_the_scores_and_the_run_says_so(atoll_cli, tmp_path):
     fixed = ["--set", "run.replay_seed=7"]
     run = atoll_cli("run", "configs/inventory.toml", "--run-dir", str(tmp_path / "a"), "--max-evals", "2",

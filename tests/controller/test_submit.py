@@ -123,6 +123,7 @@ def test_submit_runs_a_search_as_a_ray_job_then_status_and_query_read_it(head, t
     assert _count(run_dir) == 14
 
 
+@pytest.mark.slow
 def test_the_printed_stop_hint_stops_the_job_which_commits_and_says_to_submit_its_resume(head, tmp_path):
     run_dir = tmp_path / "run"
     out = atoll(tmp_path, "submit", CONFIG, "--address", head, "--run-dir", run_dir, "--max-evals", 100000,
@@ -166,6 +167,7 @@ def test_the_continue_hint_sends_the_drivers_home_not_this_machines():
     assert lines["status"].split("(")[0].split() == ["atoll", "status", "~/'runs/r", "1'"]  # the driver's shell expands it
 
 
+@pytest.mark.slow
 def test_a_ctrl_c_while_waiting_stops_the_printing_and_says_the_job_goes_on(head, tmp_path):
     """It said "stopped ...; what was committed before stays", as if the run had stopped: it had not."""
     run_dir = tmp_path / "run"
@@ -200,6 +202,7 @@ def test_the_job_servers_address_without_its_scheme_is_the_job_server(head, tmp_
     assert "no Ray cluster's job server answers there" in nothing.stderr
 
 
+@pytest.mark.slow
 def test_a_job_server_lost_while_waiting_is_one_line(tmp_path):
     """Its head stopped while `--wait` printed the job's output: a traceback ("WebSocket connection closed
     unexpectedly")."""
@@ -225,6 +228,7 @@ def _shell(command: str) -> subprocess.CompletedProcess:
     return subprocess.run(["sh", "-c", command], env=env, capture_output=True, text=True, timeout=90, check=False)
 
 
+@pytest.mark.slow
 def test_plain_ray_job_submit_puts_the_run_under_the_storage_root(head, tmp_path):
     root = tmp_path / "runs"
     env = {**os.environ, "RAY_AUTH_MODE": "token"}  # the client sends ~/.ray/auth_token
@@ -315,6 +319,7 @@ def test_a_config_elsewhere_whose_domain_file_is_not_beside_it_is_refused(tmp_pa
     assert out.stderr.strip().count("\n") == 0
 
 
+@pytest.mark.slow
 def test_a_config_of_ones_own_outside_atolls_folder_runs_as_a_job(head, tmp_path):
     """What `pip install .` users meet: Atoll's code is not a checkout around the config. The job gets
     a folder made for it (Atoll's packages, the config's folder as job/), nothing else of this machine's."""

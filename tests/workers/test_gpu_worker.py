@@ -78,6 +78,7 @@ def _vllm_run(tmp_path, model_lines: str):
                              f'startup_timeout_s = 120\n{model_lines}', max_evals=4, max_wall_s=240, timeout=400)
 
 
+@pytest.mark.slow
 def test_a_run_serves_a_vllm_model_without_vllm_and_says_which_engine_serves_it(tmp_path):
     """The whole path of a `backend = "vllm"` model in a run: its server actor (gpus = 0 here), the worker
     placed on the server's node, calls archived; 'auto' without vLLM in this interpreter is the
