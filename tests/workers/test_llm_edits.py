@@ -50,6 +50,8 @@ def test_diff_variants_apply(reply):
     "```python\n" + WANT + "```",
     "Sure! The new program:\n\n```py\n" + WANT + "```\n\nIt caps each order.",
     WANT,  # bare code, no fence
+    # a fence in a markdown list item: the whole block is indented (it was 'not valid Python: unexpected indent')
+    "1. Cap each order:\n   ```python\n   " + WANT.replace("\n", "\n   ") + "```\n2. Keep the level.",
 ])
 def test_full_rewrites_are_accepted(reply):
     child, kind = child_from_reply(reply, PARENT, "policy")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
+import textwrap
 from dataclasses import dataclass
 
 from evaluators.params import ProgramFormatError, read_params
@@ -74,7 +75,7 @@ def parse_reply(reply: str, entry_point: str) -> Edit:
                        if f"def {entry_point}" in body and lang.lower() in ("", "python", "py", "python3")))
     if programs:  # the last whole one: a reply shows the current program, or a draft, before its answer, and
         # one cut off at max_tokens ends in a block that never closed
-        return Edit("rewrite", code=programs[-1][2])
+        return Edit("rewrite", code=textwrap.dedent(programs[-1][2]))  # a fence in a list item is indented whole
     if re.search(rf"^def {re.escape(entry_point)}\s*\(", text, re.M) and _parses(text):
         return Edit("rewrite", code=text)
     raise EditError(UNPARSEABLE, "the reply has no SEARCH/REPLACE block and no program defining "
