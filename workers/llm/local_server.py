@@ -49,6 +49,18 @@ def missing(config) -> list[tuple[str, str]]:
     return lacking
 
 
+def gguf_problem(path: Path) -> str:
+    """What keeps llama.cpp from loading the model file `path` ('' for nothing it can see): missing,
+    unreadable, or not a GGUF file (its first four bytes are b"GGUF"). llama.cpp itself says only
+    'Failed to init server', after the run was made."""
+    try:
+        with open(Path(path).expanduser(), "rb") as file:
+            magic = file.read(4)
+    except OSError as exc:
+        return f"cannot read {path}: {exc.strerror}"
+    return "" if magic == b"GGUF" else f"{path} is not a GGUF file (it does not start with GGUF)"
+
+
 def free_port() -> int:
     """A free loopback port for a server that must be told its port before it binds (vLLM's).
 
@@ -128,7 +140,7 @@ class LlamaCppServer:
         import xllamacpp  # the optional extra; imported here so `pip install .` needs none of it
 
         self._xllamacpp, self.config = xllamacpp, config
-        self.gguf = Path(config.gguf) if config.gguf else default_gguf()
+        self.gguf = Path(config.gguf).expanduser() if config.gguf else default_gguf()
         self.port, self.restarts, self._server = 0, 0, None  # 0: the first start takes any free port
         self._lock = threading.Lock()
         self._start()
