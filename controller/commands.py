@@ -199,7 +199,7 @@ def _models_checked(config) -> None:
     before a resume starts Ray), not an error after it started. (A vLLM model's environment is
     the GPU node's, which may differ from this one's: its server says what it lacks.)"""
     from workers.llm.client import api_key
-    from workers.llm.local_server import missing
+    from workers.llm.local_server import gguf_problem, missing
 
     for cfg in config.mutator.llm.models if config.mutator.llm else ():
         lacking = missing(cfg) if cfg.backend == "local" else []
@@ -208,6 +208,10 @@ def _models_checked(config) -> None:
             raise UserError(f"mutator.llm model {cfg.name!r} (backend = \"local\") cannot start without "
                             f"{' and '.join(what)}; install {'them' if len(how) > 1 else 'it'} with: "
                             f"{' and: '.join(how)}")
+        problem = gguf_problem(cfg.gguf) if cfg.backend == "local" and cfg.gguf else ""
+        if problem:
+            raise UserError(f"mutator.llm model {cfg.name!r}: gguf: {problem}; set gguf to a llama.cpp model "
+                            "file (.gguf), or leave it out for the default model")
         env, file = getattr(cfg, "api_key_env", None), getattr(cfg, "api_key_file", None)
         try:
             api_key(env, file)

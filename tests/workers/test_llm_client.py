@@ -1,4 +1,5 @@
 """The chat client against a real local HTTP server: each behaviour ends in the right status."""
+import json
 import time
 
 import pytest
@@ -168,3 +169,21 @@ def test_an_answer_is_read_for_at_most_the_timeout_and_up_to_a_size():
         big = client.chat(MESSAGES)
         assert (big.status, big.error) == ("http_error", "the answer ran past 16 MiB; not read further")
         assert client.chat(MESSAGES).text == "fine again"
+
+
+def test_a_lone_surrogate_in_a_reply_its_reasoning_or_an_error_is_stored_as_a_replacement_character():
+    """JSON may escape half a pair (`\\ud83d`: an emoji cut at max_tokens); such a string has no UTF-8,
+    and writing the call's row failed the driver's commit: the run ended with a traceback."""
+    def answer(content, reasoning):
+        message = {"role": "assistant", "content": content, "reasoning_content": reasoning}
+        body = {"choices": [{"index": 0, "finish_reason": "length", "message": message}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 5}}
+        return raw(json.dumps(body).replace("HALF", "\\ud83d").encode())
+    with ScriptedLLM([answer("Better: HALF", "think HALF"), answer([{"type": "text", "text": "partHALF"}], None),
+                      Step("raw", b'{"error": {"message": "bad HALF"}}'.replace(b"HALF", b"\\udc00"))]) as server:
+        client = _client(server.url, retries=0)
+        results = [client.chat(MESSAGES) for _ in range(3)]
+    assert [(r.text, r.reasoning) for r in results[:2]] == [("Better: \ufffd", "think \ufffd"), ("part\ufffd", "")]
+    assert results[2].error == "HTTP 200 with no completion: bad \ufffd"
+    for result in results:
+        (result.text + result.reasoning + result.error).encode()  # what DuckDB and Arrow take

@@ -50,8 +50,24 @@ def test_diff_variants_apply(reply):
     "```python\n" + WANT + "```",
     "Sure! The new program:\n\n```py\n" + WANT + "```\n\nIt caps each order.",
     WANT,  # bare code, no fence
+    # a fence in a markdown list item: the whole block is indented (it was 'not valid Python: unexpected indent')
+    "1. Cap each order:\n   ```python\n   " + WANT.replace("\n", "\n   ") + "```\n2. Keep the level.",
 ])
 def test_full_rewrites_are_accepted(reply):
+    child, kind = child_from_reply(reply, PARENT, "policy")
+    assert kind == "rewrite" and child.strip() == WANT.strip()
+
+
+@pytest.mark.parametrize("reply", [
+    "The current program:\n```python\n" + PARENT + "```\nWith a cap:\n```python\n" + WANT + "```",
+    "A first try:\n```python\n" + PARENT.replace("- position", "- 2 * position") + "```\nNo, better:\n```python\n"
+    + WANT + "```\nUsage:\n```python\norder = policy(state, params)\n```",
+    "```python\n" + WANT + "```\nOr, shorter:\n```python\n" + WANT[:-30],  # the last cut off at max_tokens
+], ids=["current-then-new", "draft-then-answer", "answer-then-cut-off"])
+def test_of_several_programs_in_a_reply_the_last_whole_one_is_the_child(reply):
+    """A reply that quoted the current program (or a draft) before its own took the first block: the
+    parent unchanged, 'did_not_apply', and the model's program never evaluated. A block that never
+    closed (the reply was cut off) is no answer while a closed one is there."""
     child, kind = child_from_reply(reply, PARENT, "policy")
     assert kind == "rewrite" and child.strip() == WANT.strip()
 

@@ -65,6 +65,40 @@ def test_the_watchdog_restarts_a_server_that_stopped(server):
         time.sleep(0.1)
 
 
+def test_a_restart_that_fails_is_tried_again_at_the_next_check():
+    """Another program held the server's port while the watchdog restarted it: llama.cpp's RuntimeError
+    ended the watchdog's thread, and the model stayed down for the rest of the run."""
+    server = LlamaCppServer(LocalModel(name="smollm2", max_tokens=16, context=512, slots=1), check_every_s=0.3)
+    tried, start = [], server._start
+
+    def start_counted():  # the real start, counted once it returned or raised
+        try:
+            start()
+        finally:
+            tried.append(server._server is not None)
+    server._start = start_counted
+    held = socket.socket()
+    try:
+        with server._lock:  # the watchdog's restart waits for it, then finds the port taken
+            server._server = None
+            held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            held.bind(("127.0.0.1", server.port))
+            held.listen()
+        deadline = time.monotonic() + 60
+        while not tried:
+            assert time.monotonic() < deadline, "the watchdog never tried a restart"
+            time.sleep(0.05)
+        held.close()
+        while not (healthy(server.root) and server.restarts == 1):
+            assert time.monotonic() < deadline, "the server did not come back once its port was free"
+            time.sleep(0.1)
+        assert tried[0] is False and server.status()["restart_error"] == "", tried  # the first restart failed
+    finally:
+        held.close()
+        server._stop.set()
+        server._server = None
+
+
 def test_the_server_binds_a_port_of_its_own_choosing(monkeypatch):
     """No port is chosen for it in advance (another program could take it first): a port held by
     another socket, were it chosen, changes nothing, and what listens on the server's port is this

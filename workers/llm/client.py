@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -159,7 +160,7 @@ class ChatClient:
         # a server that parses a reasoning model's thinking sends it apart (`reasoning_content`, or
         # `reasoning`): kept beside the answer (llm_calls.reasoning), never parsed for an edit
         reasoning = (message.get("reasoning_content") or message.get("reasoning")) if message else None
-        reasoning = reasoning if isinstance(reasoning, str) else ""
+        text, reasoning = _encodable(text), _encodable(reasoning if isinstance(reasoning, str) else "")
         extra = {"cut": choices[0].get("finish_reason") == "length", "reasoning": reasoning}
         usage = reply.get("usage") if isinstance(reply.get("usage"), dict) else {}
         tokens_in, tokens_out = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens") or 0)
@@ -219,6 +220,16 @@ def _count(value) -> int | None:
     return int(n) if 0 <= n <= MAX_COUNTED else None  # NaN fails both comparisons
 
 
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def _encodable(text: str) -> str:
+    """`text` with each lone surrogate (JSON's `\\ud83d` with no pair: half an emoji, cut at max_tokens
+    or split between tokens) as U+FFFD: such a string has no UTF-8, so storing the call failed the
+    driver's commit and ended the run with a traceback."""
+    return _SURROGATE.sub("\ufffd", text)
+
+
 def _message(data: bytes) -> str:
     """The error message an endpoint sent (its JSON `error.message`, else the body's start)."""
     try:
@@ -226,4 +237,4 @@ def _message(data: bytes) -> str:
         text = error.get("message") if isinstance(error, dict) else error
     except (ValueError, AttributeError):
         text = None
-    return str(text if text else data[:300].decode(errors="replace"))[:300]
+    return _encodable(str(text if text else data[:300].decode(errors="replace"))[:300])

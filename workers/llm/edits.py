@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
+import textwrap
 from dataclasses import dataclass
 
 from evaluators.params import ProgramFormatError, read_params
@@ -27,7 +28,7 @@ _SPACE = r"[^\S\n]*"
 _SEARCH = re.compile(rf"^{_SPACE}<{{3,9}}{_SPACE}SEARCH{_SPACE}$", re.M)
 _DIVIDER = re.compile(rf"^{_SPACE}={{3,9}}{_SPACE}$", re.M)
 _REPLACE = re.compile(rf"^{_SPACE}>{{3,9}}{_SPACE}(REPLACE)?{_SPACE}$", re.M)
-_FENCE = re.compile(r"```[ \t]*([\w+-]*)[ \t]*\n(.*?)(?:```|\Z)", re.S)
+_FENCE = re.compile(r"```[ \t]*([\w+-]*)[ \t]*\n(.*?)(```|\Z)", re.S)  # the end: a fence, or none (cut off)
 
 
 class EditError(Exception):
@@ -63,16 +64,18 @@ def answer_of(reply: str) -> str | None:
 
 def parse_reply(reply: str, entry_point: str) -> Edit:
     """The edit a reply's answer holds (`answer_of`): blocks if it has a SEARCH marker, else a
-    program that defines `entry_point` (fenced or bare). Raises EditError(UNPARSEABLE) when it
-    holds neither. A server's CR LF (or lone CR) line ends are read as newlines."""
+    program that defines `entry_point` (the last closed fence's, else the bare text). Raises
+    EditError(UNPARSEABLE) when it holds neither. A server's CR LF (or lone CR) line ends are read as newlines."""
     text = answer_of(reply.replace("\r\n", "\n").replace("\r", "\n"))
     if text is None:
         raise EditError(UNPARSEABLE, "the reply ended inside its <think> section, before any answer")
     if _SEARCH.search(text):
         return Edit("diff", blocks=_blocks(text))
-    for lang, body in _FENCE.findall(text):
-        if f"def {entry_point}" in body and lang.lower() in ("", "python", "py", "python3"):
-            return Edit("rewrite", code=body)
+    programs = sorted(((bool(end), n, body) for n, (lang, body, end) in enumerate(_FENCE.findall(text))
+                       if f"def {entry_point}" in body and lang.lower() in ("", "python", "py", "python3")))
+    if programs:  # the last whole one: a reply shows the current program, or a draft, before its answer, and
+        # one cut off at max_tokens ends in a block that never closed
+        return Edit("rewrite", code=textwrap.dedent(programs[-1][2]))  # a fence in a list item is indented whole
     if re.search(rf"^def {re.escape(entry_point)}\s*\(", text, re.M) and _parses(text):
         return Edit("rewrite", code=text)
     raise EditError(UNPARSEABLE, "the reply has no SEARCH/REPLACE block and no program defining "

@@ -49,6 +49,18 @@ def missing(config) -> list[tuple[str, str]]:
     return lacking
 
 
+def gguf_problem(path: Path) -> str:
+    """What keeps llama.cpp from loading the model file `path` ('' for nothing it can see): missing,
+    unreadable, or not a GGUF file (its first four bytes are b"GGUF"). llama.cpp itself says only
+    'Failed to init server', after the run was made."""
+    try:
+        with open(Path(path).expanduser(), "rb") as file:
+            magic = file.read(4)
+    except OSError as exc:
+        return f"cannot read {path}: {exc.strerror}"
+    return "" if magic == b"GGUF" else f"{path} is not a GGUF file (it does not start with GGUF)"
+
+
 def free_port() -> int:
     """A free loopback port for a server that must be told its port before it binds (vLLM's).
 
@@ -128,8 +140,9 @@ class LlamaCppServer:
         import xllamacpp  # the optional extra; imported here so `pip install .` needs none of it
 
         self._xllamacpp, self.config = xllamacpp, config
-        self.gguf = Path(config.gguf) if config.gguf else default_gguf()
+        self.gguf = Path(config.gguf).expanduser() if config.gguf else default_gguf()
         self.port, self.restarts, self._server = 0, 0, None  # 0: the first start takes any free port
+        self.restart_error = ""  # why the last restart failed ('' when it did not); the watchdog tries again
         self._lock = threading.Lock()
         self._start()
         self._stop = threading.Event()
@@ -161,9 +174,16 @@ class LlamaCppServer:
             return self.restarts
 
     def _watch(self, every_s: float) -> None:
+        """Restart the server whenever /health does not answer; a restart that fails (its port held by
+        another program a moment, a load slower than startup_timeout_s) is tried again at the next
+        check: it ended the watchdog, and the model stayed down for the rest of the run."""
         while not self._stop.wait(every_s):
             if not healthy(self.root, timeout=every_s):
-                self.restart()
+                try:
+                    self.restart()
+                    self.restart_error = ""
+                except Exception as exc:  # noqa: BLE001  llama.cpp's own (RuntimeError), or the wait's
+                    self.restart_error = f"{type(exc).__name__}: {exc}"
 
     def address(self) -> tuple[str, str]:
         """(Ray node id, OpenAI base URL): the worker must run on that node, since the URL is loopback."""
@@ -172,7 +192,8 @@ class LlamaCppServer:
         return ray.get_runtime_context().get_node_id(), f"{self.root}/v1"
 
     def status(self) -> dict:
-        return {"healthy": healthy(self.root), "restarts": self.restarts, "gguf": str(self.gguf)}
+        return {"healthy": healthy(self.root), "restarts": self.restarts, "gguf": str(self.gguf),
+                "restart_error": self.restart_error}
 
     def stop_server_for_test(self) -> None:
         """Stop the server without the watchdog's knowledge (tests check that it comes back)."""
