@@ -47,6 +47,11 @@ def status(code: int) -> Step:
     return Step("status", code)
 
 
+def echo_key() -> Step:
+    """A 401 whose message quotes in full the key the request carried (a proxy that does not mask it)."""
+    return Step("echo_key")
+
+
 def hang(seconds: float) -> Step:
     return Step("hang", seconds)
 
@@ -114,6 +119,9 @@ class ScriptedLLM:
                 if step.kind == "status":
                     return self._send(step.value, {"error": {"message": f"scripted {step.value}"}},
                                       {"retry-after-ms": "5"})
+                if step.kind == "echo_key":
+                    key = self.headers.get("Authorization", "").removeprefix("Bearer ")
+                    return self._send(401, {"error": {"message": f"Incorrect API key provided: {key}."}})
                 if step.kind == "hang":
                     outer._stop.wait(step.value)
                     return self.close_connection

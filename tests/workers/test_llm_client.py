@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from tests.workers.scripted_llm import ScriptedLLM, Step, cut, hang, raw, reasoned, reply, slow, status, strict, trickle
+from tests.workers.scripted_llm import ScriptedLLM, Step, cut, echo_key, hang, raw, reasoned, reply, slow, status, strict, trickle
 from workers.llm.client import ChatClient, api_key
 
 MESSAGES = [{"role": "user", "content": "hello there"}]
@@ -106,6 +106,15 @@ def test_api_key_comes_from_env_or_file_and_is_never_in_the_result(tmp_path, mon
         result = ChatClient(server.url, "m", "sk-env-123", 1.0, 0, 16, 0.0).chat(MESSAGES)
         sent = server.requests[0]
     assert result.status == "http_error" and "sk-env-123" not in repr(result) and "sk-env-123" not in repr(sent)
+
+
+def test_an_endpoint_that_quotes_the_key_back_has_it_blanked_before_it_is_stored_or_shown():
+    """A proxy's 401 that quotes the key it was sent went as it was into llm_calls.error (an archive
+    that is copied, shared and queried) and into the notice on stderr."""
+    with ScriptedLLM([echo_key()]) as server:
+        result = ChatClient(server.url, "m", "sk-proj-0123456789abcdef", 1.0, 0, 16, 0.0).chat(MESSAGES)
+    assert result.status == "http_error" and "0123456789abcdef" not in repr(result), result
+    assert result.error == "HTTP 401: Incorrect API key provided: (the API key)."
 
 
 def test_no_server_at_the_address_is_said_as_such_not_as_a_timeout():

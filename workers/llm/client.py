@@ -75,6 +75,7 @@ class ChatClient:
         self.limit_field, self.send_temperature = "max_tokens", True
         self.url = base_url.rstrip("/") + "/chat/completions"
         self._headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
+        self._key = key if len(key) >= 8 else ""  # blanked out of what the endpoint sends back (`_failed`)
         self._max_retries, self._timeout_s = max_retries, timeout_s
         retry = urllib3.Retry(total=max_retries, allowed_methods=None, status_forcelist=RETRIED,
                               backoff_factor=0.5, backoff_max=8.0, backoff_jitter=0.25,
@@ -144,7 +145,11 @@ class ChatClient:
                                 attempts=attempts)
 
     def _failed(self, status: str, error: str, start: float, retried: bool = True, attempts: int = 0) -> ChatResult:
+        """A call that got no reply. The error may quote the endpoint, and one that quotes the key it was sent
+        (a proxy that does not mask it) has it blanked: errors go to llm_calls.error and to stderr."""
         attempts = attempts or (self._max_retries + 1 if retried else 1)
+        if self._key:
+            error = error.replace(self._key, "(the API key)")
         return ChatResult(status, latency_s=time.monotonic() - start, attempts=attempts, error=error)
 
     @staticmethod
