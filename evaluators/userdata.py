@@ -55,6 +55,20 @@ class UserData(BaseModel):
         return dict(data, path=str(path), sha256=digest)
 
 
+def distinct(values: list) -> list:
+    """`values` (a list option: instances, assets, items, lead times, penalties) if no entry is
+    there twice: a repeat counted twice in the score, as a heavier weight nobody asked for.
+    For a pydantic list's `AfterValidator`."""
+    seen = set()
+    for value in values:
+        key = repr(value.model_dump()) if isinstance(value, BaseModel) else value
+        if key in seen:
+            raise ValueError(f"{getattr(value, 'key', value)!r} is listed twice; each entry counts once in the "
+                             "score, so remove the repeat")
+        seen.add(key)
+    return values
+
+
 def content_digest(path: Path, folder: bool) -> str:
     """SHA-256 of a file's bytes, or of a folder's regular files (names and contents, sorted by name)."""
     kind = "folder" if folder else "file"

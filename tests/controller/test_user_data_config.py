@@ -47,6 +47,12 @@ CASES = {
                                         r"prices\.csv: column 'asset' is empty in data row 3$"),  # was 'None'
     "trading: too few rows": (TRADING, lambda d: _rows(d / "prices.csv", 300),
                               r"prices\.csv: the market has 299 bars: too few for lookback 253"),
+    "trading: an asset listed twice": (TRADING, lambda d: _edit(d / "trading.toml", 'prices = "prices.csv"',
+                                                                'prices = "prices.csv"\nassets = ["ACME", "BOLT", "ACME"]'),
+                                       r"domain\.options\.assets: 'ACME' is listed twice; each entry counts once"),
+    "inventory: a lead time listed twice": (INVENTORY, lambda d: _edit(d / "inventory.toml", "lead_times = [2]",
+                                                                       "lead_times = [2, 4, 2]"),
+                                            r"demand_history\.lead_times: 2 is listed twice; each entry counts once"),
     "inventory: no file": (INVENTORY, lambda d: (d / "demand.csv").unlink(),
                            r"domain\.options\.demand_history: file .*demand\.csv does not exist"),
     "inventory: a negative demand": (INVENTORY, lambda d: _edit(d / "demand.csv", "\n3,nuts,", "\n3,nuts,-"),

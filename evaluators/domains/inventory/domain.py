@@ -25,10 +25,10 @@ trajectories with a longer horizon.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from evaluators.domains.inventory import dp as inventory_dp
 from evaluators.domains.inventory import report
@@ -38,7 +38,7 @@ from evaluators.domains.inventory.simulation import (Block, Simulator, Tuned, Tu
                                                      demand_matrix)
 from evaluators._base import Domain, Outcome, PolicyFn, check_split
 from evaluators.params import ParamSpec
-from evaluators.userdata import hidden
+from evaluators.userdata import distinct, hidden
 from store.records import EvalResult
 
 
@@ -68,17 +68,17 @@ class InventoryConfig(BaseModel):
 
     mean_demand: float = Field(5.0, gt=0, le=50, description="Mean demand per period, for every instance.")
     holding: float = Field(1.0, gt=0, description="Holding cost per unit left at the end of a period.")
-    search_instances: list[InstanceSpec] = Field(
+    search_instances: Annotated[list[InstanceSpec], AfterValidator(distinct)] = Field(
         default_factory=lambda: _grid("poisson", (1, 2, 4), (4, 19)), min_length=1,
         description="Instances of the search split.")
-    heldout_instances: list[InstanceSpec] = Field(
+    heldout_instances: Annotated[list[InstanceSpec], AfterValidator(distinct)] = Field(
         default_factory=lambda: [InstanceSpec(lead_time=3, penalty=9, demand="poisson"),
                                  InstanceSpec(lead_time=6, penalty=39, demand="poisson"),
                                  InstanceSpec(lead_time=2, penalty=9, demand="geometric"),
                                  InstanceSpec(lead_time=3, penalty=39, demand="geometric"),
                                  InstanceSpec(lead_time=6, penalty=9, demand="geometric")],
         min_length=1, description="Instances of the held-out split; none of them should be a search instance.")
-    validation_instances: list[InstanceSpec] | None = Field(
+    validation_instances: Annotated[list[InstanceSpec], AfterValidator(distinct)] | None = Field(
         None, description="Instances of the validation split (scored like the search split, on demand drawn from "
                           "the run's validation secret); None: the search instances, on fresh demand.")
     search_periods: int = Field(250, ge=10, le=100_000, description="Measured periods per search (and validation) trajectory (after warm-up); also the tuning horizon of held-out instances.")

@@ -17,12 +17,12 @@ from the run's secret stream of the split, so no candidate can rebuild them.
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+from typing import Annotated, NamedTuple
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
-from evaluators.userdata import UserData, column, labels, numbers, read_table
+from evaluators.userdata import UserData, column, distinct, labels, numbers, read_table
 
 MAX_DEMAND = 10 ** 12  # units per period: the simulation counts in int64, summed over up to 10^6 periods
 
@@ -35,14 +35,14 @@ class DemandHistory(UserData):
                                                                "with this and demand_column is long; otherwise "
                                                                "every column but the period is an item.")
     demand_column: str = Field("demand", min_length=1, description="Long format: the column of demand (units).")
-    items: list[str] = Field(default_factory=list, description="Items to use (default: every item of the file).")
+    items: Annotated[list[str], AfterValidator(distinct)] = Field(default_factory=list, description="Items to use (default: every item of the file).")
     heldout_share: float = Field(0.3, gt=0.0, lt=1.0, description="The latest share of the periods: the held-out "
                                                                   "measurement draws only from them, everything "
                                                                   "else only from the periods before.")
     block: int = Field(7, ge=1, le=365, description="Periods per bootstrap block (7: a week of days).")
-    lead_times: list[int] = Field(default_factory=lambda: [2], min_length=1, description="Lead times to test; "
+    lead_times: Annotated[list[int], AfterValidator(distinct)] = Field(default_factory=lambda: [2], min_length=1, description="Lead times to test; "
                                   "the instances are every item x lead time x penalty.")
-    penalties: list[float] = Field(default_factory=lambda: [9.0], min_length=1, description="Lost-sale penalties "
+    penalties: Annotated[list[float], AfterValidator(distinct)] = Field(default_factory=lambda: [9.0], min_length=1, description="Lost-sale penalties "
                                    "per unit to test (holding costs `holding`).")
 
     @model_validator(mode="after")

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from evaluators.domains.trading import report as trading_report
 from evaluators._base import Domain, Outcome, PolicyFn, check_split
@@ -38,7 +38,7 @@ from evaluators.domains.trading.programs import MOTIFS, SEED_PROGRAM, baselines
 from evaluators.domains.trading.simulate import Fold, FoldResult, Simulator, WalkForward, layout
 from evaluators.domains.trading.stats import sharpe, summary
 from evaluators.domains.trading.user_prices import PriceHistory, resampled, user_market
-from evaluators.userdata import hidden
+from evaluators.userdata import distinct, hidden
 from store.records import EvalResult
 
 
@@ -53,8 +53,8 @@ class TradingConfig(BaseModel):
 
     market: Literal["sp500", "synthetic", "file"] = Field("sp500", description="'sp500': daily adjusted closes shipped in skfolio (1990-2022); 'synthetic': the generated market of the `synthetic` table; 'file': your own price history (the `prices` option).")
     prices: PriceHistory | None = Field(None, description="For market 'file': your daily closes, a CSV or Parquet file (wide: a date column and one column per asset; long: date, asset and price columns), relative to the config.")
-    assets: list[str] = Field(default_factory=lambda: list(DEFAULT_ASSETS), min_length=1, description="For market 'sp500': skfolio tickers, and SP500 for the index. For market 'file': assets of the file (default: every asset not in validation_assets).")
-    validation_assets: list[str] = Field(default_factory=lambda: list(DEFAULT_VALIDATION_ASSETS), min_length=1, description="For market 'sp500': the validation split's tickers, walked forward over the search period like the search split (public data: other assets, not other randomness). The synthetic market's validation split is an independent draw of the same market from the run's validation secret. For market 'file': assets of the file if given; if not, the validation split trades the search assets' search-period returns resampled in blocks of 20 bars (from the run's validation secret).")
+    assets: Annotated[list[str], AfterValidator(distinct)] = Field(default_factory=lambda: list(DEFAULT_ASSETS), min_length=1, description="For market 'sp500': skfolio tickers, and SP500 for the index. For market 'file': assets of the file (default: every asset not in validation_assets).")
+    validation_assets: Annotated[list[str], AfterValidator(distinct)] = Field(default_factory=lambda: list(DEFAULT_VALIDATION_ASSETS), min_length=1, description="For market 'sp500': the validation split's tickers, walked forward over the search period like the search split (public data: other assets, not other randomness). The synthetic market's validation split is an independent draw of the same market from the run's validation secret. For market 'file': assets of the file if given; if not, the validation split trades the search assets' search-period returns resampled in blocks of 20 bars (from the run's validation secret).")
     synthetic: SyntheticMarket = Field(default_factory=SyntheticMarket, description="The synthetic market, for market 'synthetic'.")
     lookback: int = Field(260, ge=253, le=2000, description="Closes each row of a policy call shows, up to and including the decision bar (>= 253, for 12-month rules).")
     tune_bars: int = Field(756, ge=20, le=20_000, description="Bars of each fold's tune window (756: three years).")

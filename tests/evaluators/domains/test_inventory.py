@@ -287,3 +287,12 @@ def test_a_parameter_with_an_empty_range_is_simply_held():
         'def policy(state, params):\n    return np.maximum(params["level"] - state["on_hand"] - state["pipeline"].sum(axis=1), 0)\n'
     out = domain.evaluate(in_process(code), read_params(code), "search")
     assert out.tuned_params == {"level": 14.0}
+
+
+def test_an_instance_listed_twice_is_refused_not_counted_twice():
+    """A repeated instance (or validation, or held-out one) weighed twice in the score, as nobody asked."""
+    twice = [{"lead_time": 2, "penalty": 9, "demand": "poisson"}, {"lead_time": 4, "penalty": 9, "demand": "poisson"},
+             {"lead_time": 2, "penalty": 9.0, "demand": "poisson"}]
+    for field in ("search_instances", "validation_instances", "heldout_instances"):
+        with pytest.raises(ValueError, match=rf"{field}\n.*'poisson-L2-p9' is listed twice"):
+            get_domain("inventory", **{field: twice})
