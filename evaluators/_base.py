@@ -6,6 +6,11 @@ never runs candidate code itself: it receives a `PolicyFn` (in production a
 does wrong is raised as a `CandidateError` and becomes an `EvalResult` status.
 A reply holds one action array per batch of at most 1024 numbers plus four per
 number of that batch's state; a larger one is INVALID before it is read.
+
+A candidate cannot learn what its score depends on: a domain that shows it the
+same data twice in one evaluation (a tuning round over instances already played,
+another seed of a solve) calls `renew(policy)` before each later pass, so the
+program answers it in a process that remembers nothing of the earlier ones.
 """
 from __future__ import annotations
 
@@ -27,8 +32,20 @@ from store.records import EvalResult, Status
 SPLITS = ("search", "validation", "heldout")
 
 # policy(batches) -> actions: batches is a list of (state, params) pairs, each a
-# dict of numpy arrays; the answer is one numeric array per batch.
+# dict of numpy arrays; the answer is one numeric array per batch. A module-level
+# global of the program lives as long as its process: see `renew`.
 PolicyFn = Callable[[list[tuple[dict, dict]]], list[Any]]
+
+
+def renew(policy: PolicyFn) -> None:
+    """Let `policy` go on in a new process of the same program that has seen nothing, where it runs in one.
+
+    The sandboxed `PolicyProcess` takes a new process (the evaluation's deadline holds on; one
+    that has been sent nothing yet is kept); a plain callable (tests, benchmarks) is left as it is.
+    """
+    fresh = getattr(policy, "renew", None)
+    if callable(fresh):
+        fresh()
 
 
 class CandidateError(Exception):
@@ -77,6 +94,10 @@ class Domain(abc.ABC):
     def evaluate(self, policy: PolicyFn, params: dict[str, ParamSpec], split: str) -> Outcome:
         """Score `policy` on `split`, tuning `params` first where the protocol says so
         (never on the data the held-out figure is measured on).
+
+        `policy` answers in one process for the whole call; call `renew(policy)` before
+        showing it data it has seen (the same instance again), or its score can rest on
+        what it remembered.
 
         "search" and "validation" follow the same protocol on different data (the
         validation data derived from `secrets.validation`), so their scores are on one

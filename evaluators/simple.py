@@ -19,6 +19,13 @@ only ever the sandboxed `PolicyFn`: the candidate sees the states the simulator
 builds, never an instance, and each action is checked (numeric, finite, and the
 declared shape and bounds) before the simulator sees it. Anything wrong with an
 action is INVALID; raise `InvalidAction` from `simulate` for a domain rule.
+Every `simulate()` call is answered by a process of the program that has seen no
+earlier call (`_base.renew`): the tuning rounds replay the same search instances,
+the validation and held-out paths tune on them before their own instances are
+played, a raced evaluation plays its instances in chunks, and a user's splits may
+share instances; a program that remembered one call in the next could score what
+its play does not earn (an instance recognised by its first state, and its future
+replayed), and a raced score could differ from an unraced one.
 
 Scoring: on the search split a program's PARAMS are tuned on the search
 instances (the written defaults first, then a Sobol design, then refinement
@@ -34,7 +41,7 @@ from typing import Any, Callable, ClassVar, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from evaluators import tuning
+from evaluators import _base, tuning
 from evaluators._base import CandidateError, Domain, Outcome, PolicyFn, check_split
 from evaluators.params import ParamSpec
 from evaluators.simple_report import heldout_table, instance_metrics
@@ -238,7 +245,8 @@ class SimpleDomain(Domain):
     def _play(self, policy: PolicyFn, instances: list, trials: list[dict],
               tolerant: bool = False) -> tuple[np.ndarray, _Actions]:
         """Scores of every (trial, instance) pair, shape (trials, instances), from one simulate() call
-        (`tolerant`: see `_Actions`)."""
+        answered by a process that remembers no earlier one (`tolerant`: see `_Actions`)."""
+        _base.renew(policy)
         jobs = [inst for _ in trials for inst in instances]
         labels = [self.label(inst, i) for _ in trials for i, inst in enumerate(instances)]
         actions = _Actions(policy, self, [dict(t) for t in trials for _ in instances], labels, tolerant)

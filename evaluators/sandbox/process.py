@@ -9,6 +9,8 @@ frames (see `wire`). The candidate never sees scoring code or data; it answers
 batches of states with actions.
 Every way it can misbehave (crash, hang, exit, garbage, a reply larger than the
 request calls for) becomes a `CandidateError` with a short, readable reason.
+A domain that shows the program the same data again asks for a new process of
+it first (`renew`), so no pass can remember the last.
 """
 from __future__ import annotations
 
@@ -68,7 +70,7 @@ def _describe_exit(code: int, limits: SandboxConfig) -> tuple[Status, str]:
 
 
 class PolicyProcess:
-    """One candidate program in its own sandboxed process, for one evaluation.
+    """One candidate program in its own sandboxed process, for one evaluation (a new process at each `renew`).
 
     `modules` are the top-level modules the program may import besides the
     standard library (a domain's `program_modules()`); `hide` lists paths that
@@ -86,6 +88,7 @@ class PolicyProcess:
         self.protections: list[str] = []
         self.missing: dict[str, str] = {}  # protection -> why it does not hold
         self.calls = 0
+        self._seen = False  # the current process has been sent a batch
         self._pid: int | None = None
         self._server: server.Zygote | None = None
         self._to_child = self._from_child = None  # our ends of the two pipes
@@ -106,27 +109,55 @@ class PolicyProcess:
         self.close()
 
     def start(self) -> None:
+        self._open(first=True)
+
+    def renew(self) -> None:
+        """Go on in a new process of the same program that has seen no batch (see `_base.renew`).
+
+        It comes from the fork server (a spare made ready meanwhile, so it costs a few
+        milliseconds); the evaluation's wall-clock deadline holds on, and its start-up, within
+        that deadline, is checked like the first one's. A process that has been sent nothing
+        since it started is kept: it knows nothing yet. `cpu_s` is each process's own limit.
+        """
+        if not self._seen or self._to_child is None:
+            return
+        self.close()
+        self._open()
+
+    def _open(self, first: bool = False) -> None:
+        """Take a process from the fork server and send it the code; the evaluation's clock starts at the first."""
         spec = {"scratch_mb": self.limits.scratch_mb, "require": list(self.limits.require),
                 "limits": self.limits.model_dump(include={"memory_mb", "cpu_s", "file_mb", "processes"})}
         key = self.server_key()
         ready = server.take(key, spec)
         self._pid, self._server, self._log = ready.pid, ready.server, ready.log
         self._to_child, self._from_child, self._area = ready.to_child, ready.from_child, ready.area
+        self._buffer, self._replies, self._seen = bytearray(), replies.Replies(), False
         os.set_blocking(self._to_child, False)
-        self._deadline = time.monotonic() + self.limits.wall_s
-        self._startup = time.monotonic() + self.limits.startup_s
-        self._write(wire.pack({"code": self.code, "entry": self.entry_point}), self._startup, "start-up")
+        self._set_clocks(first)
+        self._write(wire.pack({"code": self.code, "entry": self.entry_point}), self._startup,
+                    self._startup_clock)
         self._starting = True
         if self.spare:  # the next candidates' processes confine themselves while this one runs
             server.prepare(key, spec)
         if not self.pipelined:
             self.confirm_started()
 
+    def _set_clocks(self, first: bool) -> None:
+        """Start the evaluation's wall clock (at the first process) and this process's start-up limit,
+        which for a renewal ends at the evaluation's deadline at the latest (then named after it)."""
+        now = time.monotonic()
+        if first:
+            self._deadline = now + self.limits.wall_s
+        startup = now + self.limits.startup_s
+        self._startup, self._startup_clock = ((startup, "start-up") if first or startup <= self._deadline
+                                              else (self._deadline, "wall-clock"))
+
     def confirm_started(self) -> None:
         """Read the start-up reply, once: the protections in force, or why the program did not load."""
         if self._starting:
             self._starting = False
-            self._started(self._receive(None, self._startup, "start-up"))
+            self._started(self._receive(None, self._startup, self._startup_clock))
 
     def server_key(self) -> tuple:
         """Which fork server this program's process comes from: its root's entries and the claimed uid."""
@@ -143,6 +174,7 @@ class PolicyProcess:
     def __call__(self, batches: list) -> list:
         """Send a list of (state, params) batches; return the policy's action arrays."""
         self.calls += 1
+        self._seen = True
         if self._area is not None:
             self._area.reset()  # the last request has been answered: its arrays may go
         request = wire.flat_request(batches, self._area)

@@ -73,6 +73,23 @@ def policy(state, params):
     return np.asarray(state["infeasibility"], dtype=float)
 '''
 
+# Most-infeasible with a scale to tune (every value branches alike) that raises when a solve begins after
+# another in its process (the node count falls back to the root's): what a rule that carried one solve's
+# tree into the next (another SCIP seed of the instance, another tuning trial) would notice.
+SECOND_SOLVE_REFUSED = '''\
+import numpy as np
+
+PARAMS = {"scale": (1.0, 0.5, 2.0)}
+LAST = [0]
+
+
+def policy(state, params):
+    if int(state["n_nodes"]) < LAST[0]:
+        raise RuntimeError("a second solve in this process")
+    LAST[0] = int(state["n_nodes"])
+    return np.asarray(state["infeasibility"], dtype=float) * (params["scale"] > 0)
+'''
+
 INF = "import numpy as np\n\ndef policy(state, params):\n    return np.full(state['n_cands'], np.inf)\n"
 EXTRA_BATCH = ("import numpy as np\n\ndef policy(state, params):\n"
                "    return np.asarray(state['infeasibility'], dtype=float).reshape(1, -1)\n")
@@ -167,3 +184,15 @@ REPLIES = {"16 MiB reply": (huge_reply(*ANSWER), HUGE_REASON), "wrong ready": (w
 def test_replies_that_could_hurt_the_evaluator_are_invalid(evaluator, name):
     code, reason = REPLIES[name]
     assert_outcome(evaluator.evaluate("reply", code, "search"), Status.INVALID, reason)
+
+
+@pytest.mark.parametrize("options", [{"scip_seeds": 2}, {"tune_trials": 2}], ids=["two seeds", "two trials"])
+def test_each_solve_starts_in_a_process_that_remembers_no_other(cache, options):
+    """Each instance is solved under several SCIP seeds and in every tuning trial, all in one evaluation: each
+    solve now gets a new process of the program (it failed at the second), and scores as the honest rule."""
+    evaluator = Evaluator("milp", {**OPTIONS, **options, "search_default": "cached"},
+                          SandboxConfig(wall_s=60, startup_s=10), secrets=RunSecrets.fixed(2024))
+    honest = evaluator.evaluate("honest", HONEST, "search")
+    assert honest.status == Status.OK and honest.metrics["runs"] == options.get("scip_seeds", 1)
+    _as_honest(evaluator.evaluate("refused", SECOND_SOLVE_REFUSED, "search"),
+               [r["nodes"] for r in honest.metrics["per_run"]])

@@ -10,6 +10,7 @@ from controller.config import ConfigError, load_config
 from controller.scaffold import write_domain
 from evaluators.check import Checker
 from evaluators.evaluator import Evaluator
+from evaluators.racing import RaceSpec, RacingConfig
 from evaluators.registry import (DomainConfig, DomainLoadError, declared, domain_folders, domain_names, get_domain,
                                  get_domain_class)
 from evaluators.sandbox.config import SandboxConfig
@@ -278,3 +279,110 @@ def test_a_score_that_is_not_a_finite_number_is_an_invalid_result_never_a_score(
     for split in ("search", "heldout"):
         result = evaluator.evaluate("p", code, split)
         assert result.status == Status.INVALID and result.score is None and needle in result.error, result
+
+
+# A domain of the user's own where remembering pays: each of two steps, the point is pushed by an amount
+# of the instance's (unknown to the policy, seen only afterwards in where the point lands).
+DRIFT = '''\
+import numpy as np
+from evaluators.simple import SimpleDomain
+
+SEED = """PARAMS = {"gain": (1.0, 0.0, 2.0)}
+
+
+def act(state, params):
+    return -params["gain"] * state["position"]
+"""
+
+
+class Drift(SimpleDomain):
+    name = "drift"
+    entry_point = "act"
+    seed_program = SEED
+    baseline_programs = {"damp": SEED}
+    action_shape = ()
+
+    def instances(self, split, rng):
+        return [tuple(float(v) for v in rng.normal(size=3)) for _ in range(4)]
+
+    def simulate(self, instances, policy):
+        position = np.array([start for start, _, _ in instances])
+        pushes = np.array([push for _, *push in instances])
+        cost = np.zeros(len(instances))
+        for step in range(2):
+            moves = policy([{"position": float(p), "step": step} for p in position])
+            position = position + np.array(moves, dtype=float) + pushes[:, step]
+            cost += np.abs(position)
+        return -cost
+'''
+
+# Raises once it meets a first step after a later one: a second simulate() call in the same process.
+REPLAY_REFUSED = '''\
+PARAMS = {"gain": (1.0, 0.0, 2.0)}
+PLAYED = []
+
+
+def act(state, params):
+    if state["step"] == 0 and PLAYED:
+        raise RuntimeError("a second simulate() call in this process")
+    if state["step"] > 0:
+        PLAYED.append(1)
+    return -params["gain"] * state["position"]
+'''
+
+# Learns each instance's first push (keyed by its first state) and cancels it when the instance comes again.
+MEMORISE = '''\
+PARAMS = {"gain": (1.0, 0.0, 2.0)}
+PUSH = {}  # an instance's start -> the push after its first move, seen in an earlier round
+LEFT = []  # this round's (start, where its first move left it), in the order the instances come
+
+
+def act(state, params):
+    position = float(state["position"])
+    if state["step"] == 0:
+        move = -params["gain"] * state["position"]
+        LEFT.append((position, position + float(move)))
+        return -position - PUSH[position] if position in PUSH else move
+    start, left = LEFT.pop(0)
+    PUSH[start] = position - left
+    return -params["gain"] * state["position"]
+'''
+
+
+def _drift(tmp_path, trials=2) -> DomainConfig:
+    (tmp_path / "drift.py").write_text(DRIFT)
+    (tmp_path / "drift.toml").write_text(f'[domain]\npath = "drift.py"\n[domain.options]\ntune_trials = {trials}\n'
+                                         'tune_batch = 1\n')
+    return load_config(tmp_path / "drift.toml")[0].domain
+
+
+@pytest.mark.parametrize("split", ["search", "validation", "heldout"])
+def test_a_program_meets_no_instance_twice_in_one_process(tmp_path, split):
+    """Tuning rounds replay the search instances, and the other splits tune on them first: each simulate()
+    call is answered by a process of the program that has played nothing, so a program that refuses a
+    replay scores what the written program does (it failed in the second round)."""
+    domain = _drift(tmp_path)
+    refused, honest = (_evaluate(domain, code, split) for code in (REPLAY_REFUSED, get_domain(domain).seed_program))
+    assert refused.status == Status.OK, refused.error
+    assert refused.instance_scores == honest.instance_scores and refused.tuned_params == honest.tuned_params
+
+
+def test_what_a_program_remembers_of_a_tuning_round_buys_no_score_in_the_next(tmp_path):
+    """Round one shows each instance's first push; a program that kept it cancelled it in round two and
+    scored about twice as well as its play earns. Each round now starts with nothing remembered."""
+    domain = _drift(tmp_path)
+    memorise, honest = (_evaluate(domain, code) for code in (MEMORISE, get_domain(domain).seed_program))
+    assert memorise.status == Status.OK, memorise.error
+    assert memorise.instance_scores == honest.instance_scores and memorise.score == honest.score
+
+
+def test_a_raced_evaluation_plays_each_chunk_in_a_process_that_played_no_other(tmp_path):
+    """A raced search evaluation plays its instances in chunks (three, then one): a program that kept the
+    first chunk's episodes could use them in the next, which an unraced evaluation never allows. Each chunk
+    is answered by a process of its own, so the raced scores are the unraced ones (it failed in chunk two)."""
+    evaluator = Evaluator(_drift(tmp_path, trials=1), {}, LIMITS, secrets=RunSecrets.fixed(1))
+    unraced = evaluator.evaluate("p", REPLAY_REFUSED, "search")
+    never_worse = RaceSpec(RacingConfig(enabled=True), "parent", (-99.0,) * 4)
+    raced = evaluator.evaluate("p", REPLAY_REFUSED, "search", never_worse)
+    assert unraced.status == raced.status == Status.OK, raced.error
+    assert raced.instance_scores == unraced.instance_scores

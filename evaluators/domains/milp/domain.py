@@ -19,6 +19,11 @@ measurements. Instance generator seeds and SCIP seed shifts derive from the
 run's secrets (`evaluators.secrets`), one per split: a candidate cannot
 regenerate its instances, and every program of a run meets the same ones. The
 validation split scores like the search split on instances of its own.
+
+Every solve with the program is answered by a process of it that has seen no
+earlier solve (`_base.renew`): an instance comes back under each SCIP seed and in
+every tuning trial, so a rule that carried what it learned of one solve (the
+tree, the optimum) into the next could buy time it did not earn.
 """
 from __future__ import annotations
 
@@ -32,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from evaluators.domains.milp import instances as milp_instances
 from evaluators.domains.milp import report as milp_report
-from evaluators._base import Domain, Outcome, PolicyFn, check_split
+from evaluators._base import Domain, Outcome, PolicyFn, check_split, renew
 from evaluators.domains.milp.programs import BASELINES, MOTIFS, SEED_PROGRAM
 from evaluators.domains.milp.scip import BUILTIN_RULES, SolveRecord, solve
 from evaluators.domains.milp.user_instances import InstanceFolder
@@ -219,7 +224,7 @@ class Milp(Domain):
         limit, clock, records, default = self.config.time_limit_s, self.config.clock, [], []
         total = len({run.label for run in runs})
         for i, run in enumerate(runs):
-            records.append(solve(run.path, run.shift, limit, policy=policy, params=values, clock=clock))
+            records.append(self._solve_program(policy, values, run))
             if paired:
                 default.append(solve(run.path, run.shift, limit, clock=clock))
             if race is not None and (i + 1 == len(runs) or runs[i + 1].label != run.label):
@@ -228,8 +233,13 @@ class Milp(Domain):
         return records, default
 
     def _solve_all(self, policy, values, runs) -> list[SolveRecord]:
-        return [solve(run.path, run.shift, self.config.time_limit_s, policy=policy, params=values,
-                      clock=self.config.clock) for run in runs]
+        return [self._solve_program(policy, values, run) for run in runs]
+
+    def _solve_program(self, policy, values, run: Run) -> SolveRecord:
+        """One solve of `run` with the program, in a process of it that remembers no earlier solve."""
+        renew(policy)
+        return solve(run.path, run.shift, self.config.time_limit_s, policy=policy, params=values,
+                     clock=self.config.clock)
 
     def _tune(self, policy, params, runs, split):
         """Optuna (TPE, seeded from the split's secret) over PARAMS; the first trial is the written defaults."""

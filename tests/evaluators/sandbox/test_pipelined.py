@@ -47,3 +47,41 @@ def test_a_program_that_is_never_asked_is_still_checked():
             PolicyProcess("def other(s, p):\n    return 0", "policy", LIMITS, pipelined=True) as proc:
         proc.confirm_started()
     assert "failed to load" in caught.value.reason and "no function named 'policy'" in caught.value.reason
+
+
+# Answers how many calls its process has had; prints each call, and dies when x is negative.
+COUNTING = ("import os, sys\nCALLS = []\ndef policy(s, p):\n    CALLS.append(1)\n"
+            "    print('call', len(CALLS), 'x', s['x'][0])\n    sys.stdout.flush()\n"
+            "    if s['x'][0] < 0:\n        os._exit(3)\n    return s['x'] * 0 + len(CALLS)")
+
+
+def _ask(proc, x: float) -> float:
+    return float(proc([({"x": np.array([x])}, {})])[0][0])
+
+
+@pytest.mark.parametrize("pipelined", [True, False], ids=["pipelined", "plain"])
+def test_a_renewed_program_remembers_nothing_of_its_last_process(pipelined):
+    with PolicyProcess(COUNTING, "policy", LIMITS, pipelined=pipelined) as proc:
+        proc.renew()  # sent nothing yet: the same process goes on
+        counts = [_ask(proc, 1.0), _ask(proc, 1.0)]
+        proc.renew()
+        counts += [_ask(proc, 1.0)]
+        proc.confirm_started()
+    assert counts == [1.0, 2.0, 1.0] and proc.protections
+
+
+def test_a_renewed_program_keeps_the_evaluation_deadline_and_reports_its_own_output():
+    limits = SandboxConfig(wall_s=2, startup_s=3, memory_mb=1024)
+    with PolicyProcess(COUNTING, "policy", limits, pipelined=True) as proc:
+        _ask(proc, 7.0)
+        proc.renew()
+        with pytest.raises(CandidateError) as died:
+            _ask(proc, -1.0)
+        assert "exited with code 3" in died.value.reason and "call 1 x -1.0" in died.value.reason
+        assert "x 7.0" not in died.value.reason  # the output is the dead process's, not the last one's
+    slow = "import time\ntime.sleep(0.8)\ndef policy(s, p):\n    return s['x']"
+    with pytest.raises(CandidateError) as caught, PolicyProcess(slow, "policy", limits, pipelined=True) as proc:
+        for _ in range(4):  # 0.8 s to load each process: the third load runs past the evaluation's 2 s
+            _ask(proc, 1.0)
+            proc.renew()
+    assert caught.value.status == Status.TIMEOUT and "wall-clock limit of 2 s exceeded" in caught.value.reason
