@@ -154,9 +154,13 @@ def _flat_field(reader: _Reader, max_items: list[int]) -> list[np.ndarray]:
 
 
 def _split(data: np.ndarray, shapes: list, sizes: list[int]) -> list[np.ndarray]:
+    """The flat data cut into its arrays; a shape of no numbers but a dimension numpy cannot hold is malformed."""
     out, start = [], 0
     for shape, size in zip(shapes, sizes):
-        out.append(data[start:start + size].reshape(shape))
+        try:
+            out.append(data[start:start + size].reshape(shape))
+        except ValueError:
+            raise WireError(f"an array of shape {str(shape)[:40]} is not allowed") from None
         start += size
     return out
 

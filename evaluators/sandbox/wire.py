@@ -87,7 +87,10 @@ def read_array(data: bytes, max_items: int) -> np.ndarray:
     itemsize = _ITEMSIZE.get(dtype) or np.dtype(dtype).itemsize
     if count * itemsize != len(data) - start:
         raise WireError("an array's bytes do not match its shape")
-    return np.frombuffer(data, dtype=dtype, offset=start).reshape(shape)
+    try:
+        return np.frombuffer(data, dtype=dtype, offset=start).reshape(shape)
+    except ValueError:  # no numbers, but a dimension numpy cannot hold
+        raise WireError(f"an array of shape {str(shape)[:40]} is not allowed") from None
 
 
 def _ext_hook(code, data):

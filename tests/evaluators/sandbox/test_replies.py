@@ -4,6 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgpack
 import numpy as np
 import pytest
 
@@ -36,6 +37,13 @@ if {at_load}:
 def policy(s, p):
     _forge()
 '''
+
+
+def _no_numbers(shape: list) -> msgpack.ExtType:
+    """An array extension that holds no numbers, of `shape` (one of whose dimensions is 0)."""
+    return msgpack.ExtType(wire.ARRAY_EXT, msgpack.packb(["<f8", shape]))
+
+
 NESTED = 'b"\\x81\\xa7actions\\xdd" + ((1 << 24) - 16).to_bytes(4, "big") + b"\\x90" * ((1 << 24) - 16)'
 ATTACKS = {  # name: (body, declared length or None, at load, status, reason)
     "16 MiB of empty lists": (NESTED, None, False, Status.INVALID, "where this request allows at most"),
@@ -63,6 +71,10 @@ ATTACKS = {  # name: (body, declared length or None, at load, status, reason)
                                       Status.INVALID, "'flat' shapes has 2 items where at most 1 are allowed"),
     "a flat shape that is not a number": (wire.pack({"flat": [[["4"]], np.zeros(4)]})[4:], None, False,
                                           Status.INVALID, "is not a non-negative integer"),
+    "no numbers, in a shape numpy cannot hold": (msgpack.packb({"actions": [_no_numbers([0, (1 << 64) - 1])]}), None,
+                                                 False, Status.INVALID, "shape [0, 18446744073709551615] is not allowed"),
+    "a flat shape of no numbers numpy cannot hold": (msgpack.packb({"flat": [[[0, 1 << 62, 1 << 62]], _no_numbers([0])]}),
+                                                     None, False, Status.INVALID, "is not allowed"),
     "flat with a third item": (wire.pack({"flat": [[[4]], np.zeros(4), 1]})[4:], None, False, Status.INVALID,
                                "'flat' has 3 items where at most 2 are allowed"),
 }
