@@ -314,7 +314,8 @@ def drop_capabilities() -> None:
 # socketpair's end can take), and memory that no address-space limit counts: a
 # memfd's pages, System V shared memory, semaphores and message queues (whose limits
 # in a candidate's own IPC namespace are the kernel's, unbounded), socket buffers;
-# and the machine's Linux AIO contexts (`fs.aio-max-nr`, one count for every process).
+# and the machine's Linux AIO contexts (`fs.aio-max-nr`, one count for every process);
+# and disk that no file-size limit counts (`fallocate`, refused as unsupported).
 BLOCKED = ("socket", "socketpair", "memfd_create", "memfd_secret", "shmget", "semget", "msgget", "io_setup",
            "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "fsopen", "fsconfig", "fsmount",
            "fspick", "move_mount", "open_tree", "mount_setattr", "ptrace", "process_vm_readv",
@@ -361,4 +362,8 @@ def _filter(sc):
     for flag in _CLONE_FLAGS:  # clone with any namespace flag; clone3's flags are out of a filter's reach
         flt.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
     flt.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")  # so the C library falls back to clone
+    # fallocate(2) with FALLOC_FL_KEEP_SIZE takes disk (or a tmpfs' memory) that RLIMIT_FSIZE never
+    # counts, on its log file too, which lies on the evaluator's disk; refused as unsupported, so
+    # posix_fallocate(3) falls back to writing, which the limit counts.
+    flt.add_rule(sc.ERRNO(errno.EOPNOTSUPP), "fallocate")
     return flt

@@ -346,3 +346,23 @@ def test_a_candidate_cannot_take_the_machines_aio_contexts():
         if ours == 0:
             libc.syscall(207, context)  # io_destroy
     assert (taken, ours) == ([0.0], 0), (taken, ours, ctypes.get_errno())
+
+
+FALLOCATE = '''import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+
+def policy(s, p):
+    libc.fallocate(1, 1, ctypes.c_long(0), ctypes.c_long(1 << 30))  # FALLOC_FL_KEEP_SIZE, on its log
+    taken = os.fstat(1).st_blocks * 512
+    with open("/tmp/made", "wb") as f:  # what posix_fallocate asks for is still written
+        os.posix_fallocate(f.fileno(), 0, 1 << 20)
+        made = os.fstat(f.fileno()).st_size
+    raise RuntimeError(repr((taken, made)))
+'''
+
+
+def test_a_candidate_cannot_take_disk_past_its_file_size_limit():
+    """fallocate(2) keeping a file's size allocates blocks that RLIMIT_FSIZE never counts: on the
+    candidate's log, which lies on the evaluator's disk, a GiB a call until the disk is full."""
+    taken, made = eval(found(FALLOCATE))
+    assert taken <= LIMITS.file_mb << 20 and made == 1 << 20, (taken, made)
