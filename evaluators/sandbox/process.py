@@ -133,6 +133,7 @@ class PolicyProcess:
         self._pid, self._server, self._log = ready.pid, ready.server, ready.log
         self._to_child, self._from_child, self._area = ready.to_child, ready.from_child, ready.area
         self._buffer, self._replies, self._seen = bytearray(), replies.Replies(), False
+        self._starting = False  # its code goes first, whole: the start-up reply is read only after it
         os.set_blocking(self._to_child, False)
         self._set_clocks(first)
         self._write(wire.pack({"code": self.code, "entry": self.entry_point}), self._startup,
@@ -209,12 +210,19 @@ class PolicyProcess:
             raise CandidateError(Status.INVALID, f"malformed reply from the program: {exc}") from None
 
     def _write(self, data: bytes, deadline: float, clock: str, early: bool = False) -> bool:
-        """Write all of `data`; False if the process had closed its end and `early` (else it died: raises)."""
+        """Write all of `data`; False if the process had closed its end and `early` (else it died: raises).
+
+        A process still loading its code reads nothing more until it has sent its start-up reply: on a
+        full pipe that reply is read first, under the start-up limit, and only then the rest is written.
+        """
         view = memoryview(data)
         while view:
             try:
                 view = view[os.write(self._to_child, view):]  # non-blocking: select only when the pipe is full
             except BlockingIOError:
+                if self._starting:
+                    self.confirm_started()
+                    continue
                 self._wait(self._to_child, deadline, clock, write=True)
             except BrokenPipeError:
                 if early:

@@ -10,9 +10,10 @@ from store.records import Status
 LIMITS = SandboxConfig(wall_s=20, startup_s=3, memory_mb=1024)
 SMALL = [({"x": np.arange(3.0)}, {})]
 LARGE = [({"x": np.arange(40_000.0)}, {})]  # 320 KB: more than a pipe holds
+HUGE = [({"x": np.arange(600_000.0)}, {})]  # 4.8 MB: more than the shared area holds, so on the pipe
 
 
-@pytest.mark.parametrize("batch", [SMALL, LARGE], ids=["small", "larger than a pipe"])
+@pytest.mark.parametrize("batch", [SMALL, LARGE, HUGE], ids=["small", "larger than a pipe", "larger than the area"])
 def test_a_program_that_fails_to_load_says_so(batch):
     with pytest.raises(CandidateError) as caught, \
             PolicyProcess("raise ValueError('no')\ndef policy(s, p):\n    return 0", "policy", LIMITS,
@@ -22,23 +23,24 @@ def test_a_program_that_fails_to_load_says_so(batch):
     assert "ValueError: no" in caught.value.reason
 
 
-def test_a_program_that_hangs_at_load_meets_the_start_up_limit():
+@pytest.mark.parametrize("batch", [SMALL, HUGE], ids=["small", "larger than the area and a pipe"])
+def test_a_program_that_hangs_at_load_meets_the_start_up_limit(batch):
     with pytest.raises(CandidateError) as caught, \
             PolicyProcess("import time\ntime.sleep(60)\ndef policy(s, p):\n    return 0", "policy", LIMITS,
                           pipelined=True) as proc:
-        proc(SMALL)
-    assert caught.value.status == Status.TIMEOUT and "start-up limit" in caught.value.reason
+        proc(batch)
+    assert caught.value.status == Status.TIMEOUT and "start-up limit" in caught.value.reason, caught.value.reason
 
 
 def test_answers_and_protections_are_those_of_the_plain_path():
     code = "def policy(s, p):\n    return s['x'] * 2"
     with PolicyProcess(code, "policy", LIMITS, pipelined=True) as proc:
-        first = proc(LARGE)[0]
+        first = proc(HUGE)[0]  # its start-up reply read while the batch is written
         second = proc(SMALL)[0]
         proc.confirm_started()
     with PolicyProcess(code, "policy", LIMITS) as plain:
         plain(SMALL)
-    assert np.array_equal(first, LARGE[0][0]["x"] * 2) and np.array_equal(second, [0.0, 2.0, 4.0])
+    assert np.array_equal(first, HUGE[0][0]["x"] * 2) and np.array_equal(second, [0.0, 2.0, 4.0])
     assert proc.protections == plain.protections and proc.missing == plain.missing
 
 
