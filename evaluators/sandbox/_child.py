@@ -281,7 +281,8 @@ def zygote(sock_fd):
             reply = {"pid": _spawn(sock, spec, fds, world)}
             children[reply["pid"]] = request["spec"]["limits"]["cpu_s"]
         elif request["op"] == "wait":
-            reply = {"code": _wait(request["pid"], request["timeout"], children.pop(request["pid"], None))}
+            code, lingered = _wait(request["pid"], request["timeout"], children.pop(request["pid"], None))
+            reply = {"code": code, "lingered": lingered}
         elif request["op"] == "kill":  # reaped later, off the caller's clock
             reply = {"killed": request["pid"] in children}
             if reply["killed"]:
@@ -322,7 +323,7 @@ def _kill(pid):
 
 
 def _wait(pid, timeout, cpu_s):
-    """Exit code of child `pid`, killing its group if it has not ended within `timeout` seconds.
+    """(exit code of child `pid`, whether it was still running at `timeout` s and so killed with its group).
 
     A candidate is pid 1 of its namespace, and pid 1 ignores SIGXCPU, so the CPU limit kills it
     with SIGKILL: a SIGKILL at or past `cpu_s` of CPU is reported as SIGXCPU, to say which limit fired.
@@ -330,21 +331,22 @@ def _wait(pid, timeout, cpu_s):
     try:
         pidfd = os.pidfd_open(pid)
     except ProcessLookupError:  # already gone (and reaped by an earlier wait): nothing to report
-        return -signal.SIGKILL
+        return -signal.SIGKILL, False
     try:
-        if not select.select([pidfd], [], [], timeout)[0]:
+        lingered = not select.select([pidfd], [], [], timeout)[0]
+        if lingered:
             os.killpg(pid, signal.SIGKILL)
         os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
         cpu = _cpu_seconds(pid)  # read before the zombie is reaped
         _, status = os.waitpid(pid, 0)
     except ChildProcessError:  # not ours, or reaped already
-        return -signal.SIGKILL
+        return -signal.SIGKILL, False
     finally:
         os.close(pidfd)
     code = os.waitstatus_to_exitcode(status)
     if code == -signal.SIGKILL and cpu_s is not None and cpu >= cpu_s:
-        return -signal.SIGXCPU
-    return code
+        return -signal.SIGXCPU, False
+    return code, lingered
 
 
 def main():

@@ -29,6 +29,7 @@ from store.records import Status
 
 START_FRAME = 16 << 10  # the start-up reply: protections, or a load error
 TEXT_CHARS = 4000  # a candidate's text (error, output) kept in a result
+REAP_S = 5  # how long a process that closed its channel has to exit before it is killed
 
 
 def reply_bounds(batches: list) -> tuple[list[int], int]:
@@ -253,15 +254,19 @@ class PolicyProcess:
             raise CandidateError(Status.TIMEOUT, f"wall-clock limit of {self.limits.wall_s:g} s exceeded")
 
     def _died(self):
-        code = self._reap(self._pid)
+        """The process closed its end of a pipe: it exited (say how), or it goes on without its channel."""
+        code, lingered = self._reap(self._pid)
         self._pid = None
-        status, reason = _describe_exit(code, self.limits)
+        if lingered:
+            status, reason = Status.FAILED, f"the program closed its channel and did not exit (killed after {REAP_S} s)"
+        else:
+            status, reason = _describe_exit(code, self.limits)
         tail = self.output_tail()
         self.close()
         raise CandidateError(status, reason + (f"\noutput:\n{tail}" if tail else ""))
 
-    def _reap(self, pid: int) -> int:
-        return self._server.wait(pid, timeout=5)
+    def _reap(self, pid: int) -> tuple[int, bool]:
+        return self._server.wait(pid, timeout=REAP_S)
 
     def output_tail(self, limit: int = 1500) -> str:
         self._log.flush()

@@ -81,12 +81,14 @@ class Zygote:
         """Fork a process for `spec`; returns the slot its pid arrives in."""
         return self.send({"op": "spawn", "spec": spec}, fds)
 
-    def wait(self, pid: int, timeout: float) -> int:
-        """The exit code of `pid` (as `Popen` gives it); its group is killed past `timeout`."""
+    def wait(self, pid: int, timeout: float) -> tuple[int, bool]:
+        """(the exit code of `pid` as `Popen` gives it, whether it still ran at `timeout`): its group
+        is killed past `timeout`."""
         try:
-            return self._call({"op": "wait", "pid": pid, "timeout": timeout})["code"]
+            reply = self._call({"op": "wait", "pid": pid, "timeout": timeout})
         except (OSError, RuntimeError, ValueError):  # a dead fork server took its children with it
-            return -signal.SIGKILL
+            return -signal.SIGKILL, False
+        return reply["code"], reply["lingered"]
 
     def kill(self, pid: int) -> None:
         """Kill `pid`'s process group (and so its pid namespace); neither the kill nor the exit is waited for."""

@@ -24,6 +24,8 @@ HOSTILE = {
     "write outside scratch": ("def policy(s, p):\n    open('/etc/atoll-was-here', 'w').write('x')", Status.FAILED, "Read-only file system"),
     "huge output": ("import sys\ndef policy(s, p):\n    while True:\n        sys.stdout.write('x' * 100000)", Status.FAILED, "File too large"),
     "parent's environment": ("import os\ndef policy(s, p):\n    return len(open('/proc/%d/environ' % os.getppid(), 'rb').read())", Status.FAILED, "No such file or directory: '/proc/0/environ'"),
+    "closes its channel": ("import os, time\ndef policy(s, p):\n    os.closerange(3, 64)\n    time.sleep(30)",
+                           Status.FAILED, "closed its channel and did not exit (killed after 5 s)"),
     "os._exit": ("import os\ndef policy(s, p):\n    os._exit(3)", Status.FAILED, "exited with code 3"),
     "deep recursion": ("def f(n):\n    return f(n + 1)\ndef policy(s, p):\n    return f(0)", Status.FAILED, "RecursionError"),
     "raises at import": ("raise ValueError('boom')\ndef policy(s, p):\n    return 0", Status.FAILED, "boom"),
