@@ -116,7 +116,7 @@ def own_network_namespace() -> None:
 
 
 def build_root(root: str, entries: list[dict]) -> None:
-    """A tmpfs at `root` holding only `entries` (binds read-only, covers empty), then read-only itself.
+    """A tmpfs at `root` holding only `entries` (binds read-only, covers empty or unopenable), then read-only itself.
 
     Every source is opened before anything is mounted, so a source under `root`
     itself is still reached. (Entries under /tmp, /run or /dev/shm, an interpreter or
@@ -125,7 +125,7 @@ def build_root(root: str, entries: list[dict]) -> None:
     target, so a cover (an empty tmpfs over site-packages) goes on after the
     bind it sits in and before the binds that go back into it.
     """
-    held = {e["dst"]: os.open(e["src"], os.O_PATH | os.O_CLOEXEC) for e in entries if e["kind"] != "cover"}
+    held = {e["dst"]: os.open(e["src"], os.O_PATH | os.O_CLOEXEC) for e in entries if e["src"]}
     try:
         tmpfs(root, 4096, "755")
         covers = [root + e["dst"] for e in entries if e["kind"] == "cover"]
@@ -142,8 +142,11 @@ def build_root(root: str, entries: list[dict]) -> None:
 
 
 def _place(target: str, entry: dict, fd: int | None) -> None:
-    if entry["kind"] == "cover":
-        tmpfs(target, 64, "755")
+    if entry["kind"] == "cover":  # a hidden folder gets an empty tmpfs, a hidden file its source (/dev/null)
+        if fd is None:
+            tmpfs(target, 64, "755")
+        else:
+            mount(f"/proc/self/fd/{fd}", target, None, MS_BIND)
         return
     if entry["kind"] == "dir":
         os.makedirs(target, exist_ok=True)

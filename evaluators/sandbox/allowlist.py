@@ -89,6 +89,15 @@ def _covers(dirs: list[str], keep: list[str], hide: tuple[str, ...]) -> list[str
     return covers
 
 
+def _hidden_files(dirs: list[str], covers: list[str], hide: tuple[str, ...]) -> list[str]:
+    """Files of `hide` inside a bound folder and under no cover: each gets /dev/null bound over it
+    (a tmpfs covers only a folder), read-only and without devices, so it cannot be opened. A hidden
+    symbolic link is followed: what it names is covered, never a mount made through the link."""
+    files = {os.path.normpath(p) for h in hide for p in (h, os.path.realpath(h))
+             if os.path.isfile(p) and not os.path.islink(p)}
+    return sorted(f for f in files if _nearest(f, dirs + covers) in dirs)
+
+
 def _nearest(path: str, tops: list[str]) -> str | None:
     enclosing = [t for t in tops if _under(path, t) and t != path]
     return max(enclosing, key=len) if enclosing else None
@@ -99,20 +108,23 @@ def root_entries(modules: tuple[str, ...] = ("numpy",), hide: tuple[str, ...] = 
     """The candidate's root as (kind, source, target) entries, sorted so parents come first.
 
     Kinds: "dir" and "file" (bound read-only), "device" (bound as it is),
-    "cover" (an empty read-only tmpfs). Raises `ModuleUnavailable` for a module
-    that is not installed.
+    "cover" (over a folder an empty read-only tmpfs; over a file, its source
+    /dev/null, which a cover's flags forbid opening). Raises `ModuleUnavailable`
+    for a module that is not installed.
     """
     everything = standard_library()
     stdlib = [p for p in everything if not _inside(p, [q for q in everything if q != p])]  # lib-dynload sits inside
     sites = [os.path.normpath(p) for p in site.getsitepackages() + [site.getusersitepackages()]]
     packages = [p for name in modules for p in module_paths(name) if _inside(p, sites) or not _inside(p, stdlib)]
     tops = sorted(p for p in set(stdlib + packages) if not _inside(p, hide))
-    covers = _covers([p for p in tops if os.path.isdir(p)], everything + packages, hide)
+    dirs = [p for p in tops if os.path.isdir(p)]
+    covers = _covers(dirs, everything + packages, hide)
     entries = {p: ("dir" if os.path.isdir(p) else "file", p) for p in tops}
     entries.update({p: ("file", p) for p in system_libraries(tops, covers)})
     if os.path.isfile("/etc/ld.so.cache"):
         entries["/etc/ld.so.cache"] = ("file", "/etc/ld.so.cache")
     entries.update({f"/dev/{d}": ("device", f"/dev/{d}") for d in DEVICES})
     entries.update({p: ("cover", "") for p in covers})
+    entries.update({p: ("cover", "/dev/null") for p in _hidden_files(dirs, covers, hide)})
     ordered = sorted(entries.items(), key=lambda item: item[0].split("/"))
     return tuple((kind, src, dst) for dst, (kind, src) in ordered)

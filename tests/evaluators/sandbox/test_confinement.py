@@ -83,6 +83,19 @@ def test_a_hidden_folder_inside_an_allowed_package_is_empty():
     assert listing == [] and neighbours > 5 and len(os.listdir(tests)) > 5
 
 
+def test_a_hidden_file_inside_an_allowed_package_cannot_be_read():
+    """`sandbox_hide` names files too (a user's data file): one inside a bound folder is not readable."""
+    hidden = os.path.join(os.path.dirname(np.__file__), "version.py")
+    code = f"""def policy(s, p):
+    try:
+        seen = open({hidden!r}, "rb").read()
+    except OSError as exc:
+        seen = exc.strerror
+    raise RuntimeError(repr(seen))
+"""
+    assert found(code, hide=(hidden,)) == "'Permission denied'" and os.path.getsize(hidden) > 0
+
+
 def test_a_program_module_installed_under_tmp_is_there_whole_and_read_only(tmp_path, monkeypatch):
     """A virtual environment in /tmp (a CI's, a container's): its packages are bound into the root
     under /tmp, which each candidate gets a fresh tmpfs of; they are bound again inside it."""
