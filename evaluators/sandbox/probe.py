@@ -67,6 +67,8 @@ def required(limits: SandboxConfig) -> list[str]:
         held, missing = probe(limits)
     except CandidateError as exc:  # the probe's own trusted program failed: the sandbox does not work here
         raise SandboxRefused(f"the sandbox does not work here: {exc.reason.splitlines()[0]}") from None
+    except server.ForkServerFailed as exc:
+        raise SandboxRefused(str(exc)) from None
     for name in limits.require:
         if name not in held:
             why, how = why_not(name, missing.get(name, "not reported by the sandbox"))

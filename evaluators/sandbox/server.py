@@ -34,21 +34,41 @@ def _clean_env() -> dict[str, str]:
     return env
 
 
+class ForkServerFailed(RuntimeError):
+    """The fork server ended before it was ready; the message is one line saying why."""
+
+
 class Zygote:
     """The warm fork server for one allow-list root and uid. Trusted: it prepares the root once, then only forks."""
 
     def __init__(self, entries: tuple, uid: int | None):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._errors = tempfile.TemporaryFile()  # noqa: SIM115  its stderr while it lives: only a crash writes
         self.proc = subprocess.Popen(
             [sys.executable, "-I", str(_CHILD), "--zygote", str(theirs.fileno())],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._errors,
             env=_clean_env(), cwd="/", pass_fds=(theirs.fileno(),), start_new_session=True, close_fds=True)
         theirs.close()
         self._sock = ours
         self._lock = threading.Lock()
         self._slots: deque = deque()  # one per request sent and not answered yet, oldest first
         setup = {"op": "setup", "uid": uid, "entries": [{"kind": k, "src": s, "dst": d} for k, s, d in entries]}
-        self.missing = self._call(setup)["missing"]
+        try:
+            self.missing = self._call(setup)["missing"]
+        except (OSError, RuntimeError, ValueError):
+            self._sock.close()
+            raise ForkServerFailed(self._why_not_started()) from None
+
+    def _why_not_started(self) -> str:
+        """One line: the last line the fork server wrote before it ended (an import it could not make)."""
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self._errors.seek(0)
+        lines = self._errors.read()[-4000:].decode(errors="replace").strip().splitlines()
+        return (f"the sandbox's fork server ({sys.executable} -I, which ignores PYTHONPATH and user "
+                f"site-packages) did not start: {lines[-1] if lines else f'exit status {self.proc.returncode}'}")
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -100,6 +120,7 @@ class Zygote:
     def stop(self) -> None:
         self._sock.close()  # the server kills its children and exits when its socket closes
         self.proc.wait(timeout=30)
+        self._errors.close()
 
 
 @dataclass

@@ -1,10 +1,13 @@
 """Protections as data: the probe before a run, the one-line refusal, and what a candidate is never run without."""
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 from evaluators._base import CandidateError
+from evaluators.sandbox import server
 from evaluators.sandbox.config import SandboxConfig
 from evaluators.sandbox.probe import SandboxRefused, required, why_not
 from evaluators.sandbox.process import PolicyProcess
@@ -59,3 +62,16 @@ def test_a_kernel_that_refuses_user_namespaces_is_named():
     assert why == "user namespaces are unavailable (no namespaces: Operation not permitted (errno 1))"
     assert how.startswith("run where the kernel allows them, ")
     assert how.endswith("or remove 'no-network' from evaluator.sandbox.require (candidates then run without it)")
+
+
+def test_a_fork_server_that_cannot_start_says_why_in_one_line(tmp_path, monkeypatch):
+    """An interpreter whose packages come from PYTHONPATH or the user's site-packages, which the
+    fork server's `python -I` ignores: the refusal names the import it could not make."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
+    monkeypatch.setattr(server.sys, "executable", str(tmp_path / "venv" / "bin" / "python"))
+    monkeypatch.setattr(server, "_ZYGOTES", {})
+    with pytest.raises(SandboxRefused) as refused:
+        required(SandboxConfig())
+    line = str(refused.value)
+    assert "\n" not in line and "-I, which ignores PYTHONPATH and user site-packages) did not start: " \
+        "ModuleNotFoundError: No module named" in line, line
