@@ -275,9 +275,14 @@ FILES = 256  # open descriptors a candidate's process may hold: each pipe's buff
 
 
 def set_limits(limits: dict) -> None:
+    """The candidate's resource limits, soft and hard alike. Besides memory, CPU, file size, processes
+    and files: no core dumps, no real-time or raised priority (a user's rtprio allowance, an audio
+    group's, would let it starve the machine), and no locked pages or POSIX message-queue bytes
+    (memory that RLIMIT_AS does not count)."""
     for name, value in (("RLIMIT_AS", limits["memory_mb"] << 20), ("RLIMIT_CPU", limits["cpu_s"]),
                         ("RLIMIT_FSIZE", limits["file_mb"] << 20), ("RLIMIT_CORE", 0),
-                        ("RLIMIT_NPROC", limits["processes"]), ("RLIMIT_NOFILE", FILES)):
+                        ("RLIMIT_NPROC", limits["processes"]), ("RLIMIT_NOFILE", FILES),
+                        ("RLIMIT_RTPRIO", 0), ("RLIMIT_NICE", 0), ("RLIMIT_MEMLOCK", 0), ("RLIMIT_MSGQUEUE", 0)):
         resource.setrlimit(getattr(resource, name), (value, value))
 
 

@@ -67,7 +67,11 @@ def _describe_exit(code: int, limits: SandboxConfig) -> tuple[Status, str]:
         return Status.TIMEOUT, f"CPU-time limit of {limits.cpu_s} s exceeded"
     if sig == signal.SIGXFSZ:
         return Status.FAILED, f"file-size limit of {limits.file_mb} MiB exceeded"
-    return Status.FAILED, f"the program was killed by signal {signal.Signals(sig).name}"
+    try:
+        name = signal.Signals(sig).name
+    except ValueError:  # a real-time signal has no name
+        name = str(sig)
+    return Status.FAILED, f"the program was killed by signal {name}"
 
 
 class PolicyProcess:

@@ -176,9 +176,10 @@ def policy(s, p):
     seen += ["posix queue"] if libc.mq_open(b"/atoll_note", os.O_RDONLY) != -1 else []
     for spot in SPOTS:
         open(spot, "w").write("kept?")
-    made = libc.mq_open(b"/atoll_note", os.O_CREAT | os.O_RDWR, 0o666, None) != -1  # System V's are refused
+    # a POSIX queue has no bytes to hold (RLIMIT_MSGQUEUE 0), System V's are refused by seccomp
+    made = libc.mq_open(b"/atoll_note", os.O_CREAT | os.O_RDWR, 0o666, None) != -1
     refused = [libc.shmget(KEY, 4096, 0o1000 | 0o666), libc.msgget(KEY, 0o1000 | 0o666)] == [-1, -1]
-    raise RuntimeError(repr((seen, made and refused)))
+    raise RuntimeError(repr((seen, not made and refused)))
 '''
 
 
@@ -379,3 +380,15 @@ def test_a_candidate_cannot_take_disk_past_its_file_size_limit():
     candidate's log, which lies on the evaluator's disk, a GiB a call until the disk is full."""
     taken, made = eval(found(FALLOCATE))
     assert taken <= LIMITS.file_mb << 20 and made == 1 << 20, (taken, made)
+
+
+def test_a_candidate_can_raise_no_priority_and_lock_or_queue_no_memory():
+    """Limits a candidate inherited from its evaluator: a user's real-time priority allowance (an audio
+    group's rtprio) let it starve the machine at a real-time priority, and locked pages (RLIMIT_MEMLOCK,
+    8 MiB here) and POSIX message queues' bytes are memory RLIMIT_AS does not count."""
+    code = '''import resource
+def policy(s, p):
+    raise RuntimeError(repr([resource.getrlimit(getattr(resource, n)) for n in
+                             ("RLIMIT_RTPRIO", "RLIMIT_NICE", "RLIMIT_MEMLOCK", "RLIMIT_MSGQUEUE")]))
+'''
+    assert found(code) == repr([(0, 0)] * 4)

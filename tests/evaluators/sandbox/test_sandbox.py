@@ -172,3 +172,15 @@ def test_candidates_cannot_reach_the_fork_server():
             "            found.append(fd)\n        except OSError:\n            pass\n"
             "    return s['x'] * 0 + len(found)")
     assert np.array_equal(run(code)[0], [0.0, 0.0, 0.0])
+
+
+def test_an_exit_by_a_signal_without_a_name_is_described_not_raised():
+    """A real-time signal (34 to 64) has no name in Python: describing such an exit raised ValueError
+    out of the evaluator (reachable where the sandbox runs without a pid namespace, `require = []`)."""
+    import signal
+
+    from evaluators.sandbox.process import _describe_exit
+
+    realtime = signal.SIGRTMIN + 3
+    assert _describe_exit(-realtime, SandboxConfig()) == (Status.FAILED, f"the program was killed by signal {realtime}")
+    assert _describe_exit(-signal.SIGSEGV, SandboxConfig())[1] == "the program was killed by signal SIGSEGV"
