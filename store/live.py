@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import select
 import socket
 import stat
 import struct
@@ -72,7 +73,8 @@ class LiveReads:
     """Serves read-only queries of `archive` on RUN_DIR/archive.sock until closed.
 
     One query at a time, each in a read-only transaction on a connection of its own;
-    a query running past `timeout_s` is interrupted.
+    a query running past `timeout_s`, or whose asker hung up (Ctrl-C, a killed `atoll
+    query`), is interrupted, so the next asker does not wait on a query nobody reads.
     """
 
     def __init__(self, archive, run_dir: str | Path, timeout_s: float = QUERY_TIMEOUT_S):
@@ -151,8 +153,7 @@ class LiveReads:
     def _run(self, client: socket.socket, statements: list) -> None:
         """Run the statements in one read-only transaction; stream the last one's rows."""
         cursor = self._running = self._con.cursor()
-        timer = threading.Timer(self.timeout_s, cursor.interrupt)
-        timer.start()
+        watch = _Watch(client, cursor, self.timeout_s)
         try:
             relation = run_read_only(cursor, statements)
             if relation is None:
@@ -166,11 +167,37 @@ class LiveReads:
                 for batch in itertools.chain([first] if first is not None else [], batches):
                     writer.write_batch(batch)
         finally:
-            timer.cancel()
+            watch.stop()
             with contextlib.suppress(duckdb.Error):
                 cursor.execute("ROLLBACK")
             self._running = None
             cursor.close()
+
+
+class _Watch:
+    """Interrupts a query's cursor once it runs past `timeout_s` or its asker hangs up, whichever
+    comes first, until stopped. An asker sends nothing after its request, so anything that becomes
+    readable on its socket is the end of it."""
+
+    def __init__(self, client: socket.socket, cursor, timeout_s: float):
+        self._wake_r, self._wake_w = os.pipe()
+        self._thread = threading.Thread(target=self._run, args=(client, cursor, timeout_s), daemon=True)
+        self._thread.start()
+
+    def _run(self, client: socket.socket, cursor, timeout_s: float) -> None:
+        poller = select.poll()
+        poller.register(client, select.POLLIN | select.POLLRDHUP | select.POLLHUP | select.POLLERR)
+        poller.register(self._wake_r, select.POLLIN)
+        events = poller.poll(timeout_s * 1000)
+        if not any(fd == self._wake_r for fd, _ in events):
+            with contextlib.suppress(duckdb.Error):
+                cursor.interrupt()
+
+    def stop(self) -> None:
+        os.write(self._wake_w, b"x")
+        self._thread.join()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
 
 
 def run_read_only(cursor, statements: list):

@@ -74,6 +74,25 @@ def test_a_query_past_its_time_is_interrupted(tmp_path):
         assert run_query(tmp_path, "SELECT 42")[1] == [(42,)]  # and the next one answers
 
 
+def test_a_query_whose_asker_hung_up_is_interrupted_and_the_next_asker_is_answered(tmp_path):
+    """Ctrl-C on a slow `atoll query` (its process killed) stops the query in the holder: the next asker
+    (`atoll status` at 3 a.m.) does not wait out the abandoned query's time limit."""
+    slow = "SELECT count(*) FROM range(1000000000000) a(x) WHERE x % 7 = 3"
+    with DuckDBArchive(tmp_path / "archive.duckdb") as archive, LiveReads(archive, tmp_path, timeout_s=600) as reads:
+        ask = "import sys; from store.query import run_query; run_query(sys.argv[1], sys.argv[2])"
+        asker = subprocess.Popen([sys.executable, "-c", ask, str(tmp_path), slow], cwd=ROOT, env=ENV)
+        deadline = time.monotonic() + 60
+        while reads._running is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        asker.kill()
+        asker.wait()
+        deadline = time.monotonic() + 10
+        while reads._running is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert reads._running is None, "the abandoned query still runs"
+        assert run_query(tmp_path, "SELECT 42")[1] == [(42,)]
+
+
 def test_a_deep_run_directory_is_served(tmp_path):
     deep = tmp_path.joinpath(*["d" * 30] * 4)
     deep.mkdir(parents=True)
