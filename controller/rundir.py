@@ -29,7 +29,7 @@ def open_archive(run_dir: Path, read_only: bool = False, patience_s: float = 3.0
     A reader (`atoll status`, `atoll query`) holds a stopped run's archive for a moment; the
     open waits out such a lock for `patience_s`, a live driver's lock is there for good.
     """
-    from store.duckdb_archive import DuckDBArchive
+    from store.duckdb_archive import ArchiveNewer, DuckDBArchive
     from store.readonly import is_lock_error
 
     if not (run_dir / ARCHIVE).is_file():
@@ -43,6 +43,8 @@ def open_archive(run_dir: Path, read_only: bool = False, patience_s: float = 3.0
     while True:
         try:
             return DuckDBArchive(run_dir / ARCHIVE, read_only=read_only)
+        except ArchiveNewer as exc:
+            raise UserError(str(exc)) from None
         except Exception as exc:  # duckdb's lock error names the holder's pid; nothing was written
             error = str(exc).lower()
             if "permission denied" in error or (not read_only and "read-only file system" in error):

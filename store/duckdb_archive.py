@@ -143,6 +143,11 @@ def migrations() -> list[tuple[int, str, str]]:
     return found
 
 
+class ArchiveNewer(Exception):
+    """The archive was written by a newer Atoll (a schema version this one does not know): this one
+    may read it, never write it, since its rows would lack what the newer schema holds."""
+
+
 class ArchiveDamaged(Exception):
     """The archive's file is shorter than the blocks it records: cut short (an unfinished copy, a disk error)."""
 
@@ -171,7 +176,11 @@ class DuckDBArchive:
             raise ArchiveDamaged(missing)
         self._writer: Writer | None = None
         if not read_only:
-            self.migrate()
+            try:
+                self.migrate()
+            except ArchiveNewer:
+                self.close()
+                raise
         self._columns = TableColumns(self.con)
 
     def __enter__(self) -> "DuckDBArchive":
@@ -205,10 +214,16 @@ class DuckDBArchive:
 
     # --- schema ---------------------------------------------------------------
     def migrate(self) -> list[int]:
-        """Apply the schema files not yet recorded; returns the versions applied."""
+        """Apply the schema files not yet recorded; returns the versions applied. An archive of a newer
+        schema than these files make raises ArchiveNewer before anything is written."""
         self.con.execute("CREATE TABLE IF NOT EXISTS schema_version "
                          "(version INTEGER PRIMARY KEY, name VARCHAR, applied_at TIMESTAMP)")
         done = {v for (v,) in self.con.execute("SELECT version FROM schema_version").fetchall()}
+        known = max(version for version, _, _ in migrations())
+        if done and max(done) > known:
+            raise ArchiveNewer(f"{self.path} was written by a newer Atoll (archive schema version {max(done)}; this "
+                               f"Atoll knows up to {known}): continue it with that Atoll or a newer one (upgrade "
+                               "Atoll here); atoll query, status and best still read it")
         applied = []
         for version, name, sql in migrations():
             if version in done:
