@@ -64,14 +64,20 @@ def _gc_paused():
             gc.enable()
 
 
-def copy_whole(source: Path, target: Path) -> None:
+def copy_whole(source: Path, target: Path, with_log: bool = False) -> None:
     """Copy the DuckDB file `source` (its log folded in, nobody writing) to `target`: under a
     temporary name, read whole (`read_whole`), flushed to disk, then renamed and the rename flushed,
     so `target` stays the last whole copy whenever the process is killed, the machine loses power
-    or the copy fails (a full disk, damage)."""
+    or the copy fails (a full disk, damage). `with_log`: a log beside `source` (SOURCE.wal, left by a
+    driver that was killed or lost its machine) holds commits the file does not; it is copied too and
+    folded into the copy, which then holds them."""
     tmp = target.with_name(target.name + ".tmp")
+    log, tmp_log = log_of(source), log_of(tmp)
     try:
         _copy_apart(source, tmp)
+        if with_log and log.exists():
+            _copy_apart(log, tmp_log)
+            fold_log(tmp)
         try:
             read_whole(tmp)
         except ArchiveDamaged as exc:  # named by its source: the copy is byte for byte, and is removed
@@ -82,6 +88,21 @@ def copy_whole(source: Path, target: Path) -> None:
         flush_dir(target.parent)
     finally:
         tmp.unlink(missing_ok=True)
+        tmp_log.unlink(missing_ok=True)
+
+
+def log_of(path: Path) -> Path:
+    """The write-ahead log DuckDB keeps beside the database file `path`."""
+    return path.with_name(path.name + ".wal")
+
+
+def fold_log(path: Path) -> None:
+    """Fold the log beside the DuckDB file `path` into it (a file no other process has open)."""
+    con = duckdb.connect(str(path), config=CONFIG)
+    try:
+        con.execute("CHECKPOINT")
+    finally:
+        con.close()
 
 
 def flush_dir(path: Path) -> None:
