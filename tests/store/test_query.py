@@ -54,6 +54,13 @@ def test_atoll_query_prints_each_statements_result_in_turn(run_dir, atoll_cli):
     assert refused.returncode == 2 and refused.stdout == "" and "DELETE statements are refused" in refused.stderr
 
 
+def test_json_lines_keep_every_column_of_a_join_that_names_one_twice(run_dir, atoll_cli):
+    """`SELECT r.*, s.*` of a join: the second run_id (or created_at) overwrote the first in the JSON line,
+    and a column was lost without a word; the repeats are now named `_1`, `_2` after the first."""
+    out = atoll_cli("query", str(run_dir), "SELECT 1 AS a, 2 AS a, 3 AS b, 4 AS a", "--json")
+    assert out.stdout.splitlines() == ['{"a": 1, "a_1": 2, "b": 3, "a_2": 4}'], out.stdout
+
+
 @pytest.mark.parametrize("sql", [
     "DELETE FROM runs", "CREATE TABLE t (a INT)", "UPDATE runs SET status = 'x'", "DROP VIEW mutator_success",
     "INSERT INTO runs SELECT * FROM runs", "CREATE TEMP TABLE t AS SELECT 1", "CREATE MACRO m() AS 1",
