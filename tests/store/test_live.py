@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -82,15 +83,37 @@ def test_a_query_whose_asker_hung_up_is_interrupted_and_the_next_asker_is_answer
         ask = "import sys; from store.query import run_query; run_query(sys.argv[1], sys.argv[2])"
         asker = subprocess.Popen([sys.executable, "-c", ask, str(tmp_path), slow], cwd=ROOT, env=ENV)
         deadline = time.monotonic() + 60
-        while reads._running is None and time.monotonic() < deadline:
+        while not reads._running and time.monotonic() < deadline:
             time.sleep(0.05)
         asker.kill()
         asker.wait()
         deadline = time.monotonic() + 10
-        while reads._running is not None and time.monotonic() < deadline:
+        while reads._running and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert reads._running is None, "the abandoned query still runs"
+        assert not reads._running, "the abandoned query still runs"
         assert run_query(tmp_path, "SELECT 42")[1] == [(42,)]
+
+
+def test_a_slow_query_does_not_hold_up_the_next_askers(tmp_path):
+    """One asker's long analysis of a live run: `atoll status` (another asker) is answered meanwhile,
+    not after the slow query's end or its time limit."""
+    slow = "SELECT count(*) FROM range(1000000000000) a(x) WHERE x % 7 = 3"
+    with DuckDBArchive(tmp_path / "archive.duckdb") as archive, LiveReads(archive, tmp_path, timeout_s=600) as reads:
+        ask = "import sys; from store.query import run_query; run_query(sys.argv[1], sys.argv[2])"
+        asker = subprocess.Popen([sys.executable, "-c", ask, str(tmp_path), slow], cwd=ROOT, env=ENV)
+        try:
+            deadline = time.monotonic() + 60
+            while not reads._running and time.monotonic() < deadline:
+                time.sleep(0.05)
+            answered = []
+            quick = threading.Thread(target=lambda: answered.append(run_query(tmp_path, "SELECT 42")[1]), daemon=True)
+            quick.start()
+            quick.join(20)
+            assert answered == [[(42,)]], "the second asker waited on the first's slow query"
+            assert asker.poll() is None  # the slow one still runs
+        finally:
+            asker.kill()
+            asker.wait()
 
 
 def test_a_deep_run_directory_is_served(tmp_path):
