@@ -185,13 +185,16 @@ class LiveReads:
             self._running.add(cursor)
         watch = _Watch(client, cursor, self.timeout_s)
         try:
-            relation = run_read_only(cursor, statements)
-            if relation is None:
+            try:
+                relation = run_read_only(cursor, statements)
+                reader = None if relation is None else relation.to_arrow_reader(8192)
+                batches = iter(() if reader is None else reader)
+                first = next(batches, None)  # most failures (and interrupts) happen before the first rows
+            except duckdb.InterruptException:
+                raise QueryError(self._interrupted()) from None
+            if reader is None:
                 _send(client, {"ok": True, "pid": os.getpid(), "columns": None})
                 return
-            reader = relation.to_arrow_reader(8192)
-            batches = iter(reader)
-            first = next(batches, None)  # most failures (and interrupts) happen before the first rows
             _send(client, {"ok": True, "pid": os.getpid(), "columns": relation.columns})
             with client.makefile("wb") as out, pa.ipc.new_stream(out, reader.schema) as writer:
                 for batch in itertools.chain([first] if first is not None else [], batches):
@@ -203,6 +206,14 @@ class LiveReads:
             with self._lock:
                 self._running.discard(cursor)
                 cursor.close()
+
+    def _interrupted(self) -> str:
+        """Why a live query was interrupted, for its asker (one that hung up reads nothing)."""
+        if self._stop.is_set():
+            return ("interrupted: the process holding the archive closed it (the run ended or stopped) while this "
+                    "query ran; ask again")
+        return (f"interrupted: the query ran past {self.timeout_s:g} s, the longest a live run answers one; "
+                "narrow it (WHERE, LIMIT), or ask once the run has ended (its file is then read with no limit)")
 
 
 class _Watch:

@@ -70,9 +70,28 @@ def test_the_transaction_and_the_database_refuse_what_the_parser_would(held):
 
 def test_a_query_past_its_time_is_interrupted(tmp_path):
     with DuckDBArchive(tmp_path / "archive.duckdb") as archive, LiveReads(archive, tmp_path, timeout_s=0.3):
-        with pytest.raises(QueryError, match="INTERRUPT|interrupted"):
+        with pytest.raises(QueryError, match=r"^interrupted: the query ran past 0\.3 s, the longest a live run answers "
+                                             r"one; narrow it \(WHERE, LIMIT\), or ask once the run has ended"):
             run_query(tmp_path, "SELECT count(*) FROM range(1000000000000) a(x) WHERE x % 7 = 3")
         assert run_query(tmp_path, "SELECT 42")[1] == [(42,)]  # and the next one answers
+
+
+def test_a_query_running_when_the_run_ends_is_told_so(tmp_path):
+    """The driver ends (or is stopped) during a live query: its asker read `INTERRUPT Error: Interrupted!`,
+    with no word of why or what to do."""
+    slow = "SELECT count(*) FROM range(1000000000000) a(x) WHERE x % 7 = 3"
+    ask = ("import sys\nfrom store.query import QueryError, run_query\ntry:\n    run_query(sys.argv[1], sys.argv[2])\n"
+           "except QueryError as exc:\n    print(exc)\n")
+    with DuckDBArchive(tmp_path / "archive.duckdb") as archive:
+        with LiveReads(archive, tmp_path, timeout_s=600) as reads:
+            asker = subprocess.Popen([sys.executable, "-c", ask, str(tmp_path), slow], cwd=ROOT, env=ENV,
+                                     stdout=subprocess.PIPE, text=True)
+            deadline = time.monotonic() + 60
+            while not reads._running and time.monotonic() < deadline:
+                time.sleep(0.05)
+        said = asker.communicate(timeout=60)[0].strip()
+    assert said == ("interrupted: the process holding the archive closed it (the run ended or stopped) while this "
+                    "query ran; ask again"), said
 
 
 def test_a_query_whose_asker_hung_up_is_interrupted_and_the_next_asker_is_answered(tmp_path):
