@@ -50,7 +50,9 @@ def cmd_status(args) -> int:
                       f"to continue its run from it: atoll resume NEWDIR --from-backup {run_dir}", soft_wrap=True)
         return 0
     unheld = not is_live(note) and not is_damaged(note)  # the query read the file: no live driver holds it
-    rows = [(run_id, STOPPED if unheld and status == "running" else status, *rest) for run_id, status, *rest in rows]
+    # `created`: its driver died before the search began (while Ray started, say), and a resume begins it
+    rows = [(run_id, STOPPED if unheld and status in ("running", "created") else status, *rest)
+            for run_id, status, *rest in rows]
     print_rows(cols, rows, note)
     if rows:
         if not is_damaged(note):
