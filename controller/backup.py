@@ -35,7 +35,14 @@ from pathlib import Path
 import duckdb
 
 from controller.cli import UserError
-from controller.rundir import ARCHIVE, BACKUP, check_can_make, in_use, remove_abandoned
+from controller.rundir import (
+    ARCHIVE,
+    BACKUP,
+    check_can_make,
+    file_held,
+    in_use,
+    remove_abandoned,
+)
 from store.duckdb_archive import ArchiveDamaged, DuckDBArchive, copy_whole, flush_dir
 from store.readonly import first_line
 
@@ -398,6 +405,9 @@ def restore(run_dir: Path, source: Path | None = None) -> str:
     if source is not None:
         if not source.is_file():
             raise UserError(f"--from-backup {source}: no such file")
+        if file_held(source):  # a live run's archive: its file and log change as they are copied
+            raise UserError(f"--from-backup {source}: a live process holds it (a run's driver, or atoll report); "
+                            "stop it first, or give that run's backup (archive.backup.duckdb)")
         if not run_dir.is_dir():
             check_can_make(run_dir)
             run_dir.mkdir(parents=True)
@@ -412,7 +422,7 @@ def restore(run_dir: Path, source: Path | None = None) -> str:
     kept = None
     try:
         try:  # the copy read whole (every block checked) before anything is moved
-            copy_whole(backup, staged)
+            copy_whole(backup, staged, with_log=True)  # a copied run's archive.duckdb: its log's commits too
             with DuckDBArchive(staged, read_only=True) as copy:
                 done = copy.con.execute(SEARCH_COUNT).fetchone()[0]
                 asked = copy.con.execute("SELECT count(*) FROM llm_calls").fetchone()[0]

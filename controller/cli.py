@@ -238,11 +238,7 @@ def main(argv: list[str] | None = None) -> int:
             return _interrupted(args)
         if not damaged(exc):
             raise
-        from controller import backup
-        print(f"atoll: an archive cannot be read: {str(exc).strip().splitlines()[0]}. The file is damaged or cut "
-              "short (a disk error, a copy that did not finish): a resume cannot start from it, though `atoll query` "
-              "may still read its undamaged parts. If the run directory exists elsewhere (the node it ran on, a "
-              f"backup), give that copy{backup.offer(getattr(args, 'run_dir', None))}", file=sys.stderr)
+        print(_damage_text(exc, getattr(args, "run_dir", None)), file=sys.stderr)
         return 2
 
 
@@ -268,6 +264,24 @@ def _interrupted(args) -> int:
     except OSError:  # nowhere to say it
         pass
     return 130
+
+
+def _damage_text(exc: BaseException, run_dir) -> str:
+    """The one line for an archive DuckDB cannot read as written: its file, or its log (which no command opens)."""
+    from controller import backup
+    from store.readonly import is_log_damage, log_aside
+
+    first = str(exc).strip().splitlines()[0]
+    if is_log_damage(exc) and run_dir:
+        from pathlib import Path
+
+        archive = Path(run_dir) / "archive.duckdb"
+        return (f"atoll: an archive cannot be read: {first}. Nothing opens the archive with that log: "
+                f"{log_aside(archive)}{backup.offer(run_dir)}")
+    return (f"atoll: an archive cannot be read: {first}. The file is damaged or cut short (a disk error, a copy "
+            "that did not finish): a resume cannot start from it, though `atoll query` may still read its undamaged "
+            f"parts. If the run directory exists elsewhere (the node it ran on, a backup), give that copy"
+            f"{backup.offer(run_dir)}")
 
 
 def damaged(exc: BaseException) -> bool:

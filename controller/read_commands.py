@@ -50,7 +50,9 @@ def cmd_status(args) -> int:
                       f"to continue its run from it: atoll resume NEWDIR --from-backup {run_dir}", soft_wrap=True)
         return 0
     unheld = not is_live(note) and not is_damaged(note)  # the query read the file: no live driver holds it
-    rows = [(run_id, STOPPED if unheld and status == "running" else status, *rest) for run_id, status, *rest in rows]
+    # `created`: its driver died before the search began (while Ray started, say), and a resume begins it
+    rows = [(run_id, STOPPED if unheld and status in ("running", "created") else status, *rest)
+            for run_id, status, *rest in rows]
     print_rows(cols, rows, note)
     if rows:
         if not is_damaged(note):
@@ -199,8 +201,9 @@ def print_rows(cols, rows, note, as_json=False) -> None:
     from rich.table import Column, Table
 
     if as_json:
+        names = json_names(cols)
         for row in rows:
-            print(json.dumps(dict(zip(cols, row)), default=str))
+            print(json.dumps(dict(zip(names, row)), default=str))
     else:
         table = Table(*(Column(col, overflow="fold") for col in cols))
         for row in rows:
@@ -208,6 +211,20 @@ def print_rows(cols, rows, note, as_json=False) -> None:
         console.print(table)
     if note:
         print(note, file=sys.stderr)
+
+
+def json_names(cols: list[str]) -> list[str]:
+    """The columns' names as keys of a JSON object: a name given twice (`SELECT p.*, e.*` of a join has
+    program_id, run_id, created_at twice) gets `_1`, `_2`, ... after its first, as DuckDB's own data
+    frames name them, so no value overwrites another's."""
+    taken, names = set(cols), []
+    for col in cols:
+        name, n = col, 0
+        while name in names or (name != col and name in taken):
+            n += 1
+            name = f"{col}_{n}"
+        names.append(name)
+    return names
 
 
 def cmd_query(args) -> int:

@@ -29,7 +29,7 @@ def open_archive(run_dir: Path, read_only: bool = False, patience_s: float = 3.0
     A reader (`atoll status`, `atoll query`) holds a stopped run's archive for a moment; the
     open waits out such a lock for `patience_s`, a live driver's lock is there for good.
     """
-    from store.duckdb_archive import DuckDBArchive
+    from store.duckdb_archive import ArchiveNewer, DuckDBArchive
     from store.readonly import is_lock_error
 
     if not (run_dir / ARCHIVE).is_file():
@@ -43,6 +43,8 @@ def open_archive(run_dir: Path, read_only: bool = False, patience_s: float = 3.0
     while True:
         try:
             return DuckDBArchive(run_dir / ARCHIVE, read_only=read_only)
+        except ArchiveNewer as exc:
+            raise UserError(str(exc)) from None
         except Exception as exc:  # duckdb's lock error names the holder's pid; nothing was written
             error = str(exc).lower()
             if "permission denied" in error or (not read_only and "read-only file system" in error):
@@ -56,7 +58,13 @@ def open_archive(run_dir: Path, read_only: bool = False, patience_s: float = 3.0
 
 def driver_holds(run_dir: Path) -> bool | None:
     """Whether a live process holds the run's archive for writing (its driver, or `atoll report`);
-    None when this cannot be told here (no archive, or one this user cannot read).
+    None when this cannot be told here (no archive, or one this user cannot read)."""
+    return file_held(run_dir / ARCHIVE)
+
+
+def file_held(path: Path) -> bool | None:
+    """Whether a live process holds the DuckDB file `path` for writing; None when this cannot be told
+    here (no file, or one this user cannot read).
 
     DuckDB locks the whole file while a writer has it open, and the kernel drops that lock when
     the process dies, kill -9 included. This asks by taking a shared lock for an instant, as any
@@ -65,7 +73,7 @@ def driver_holds(run_dir: Path) -> bool | None:
     import fcntl
 
     try:
-        fd = os.open(run_dir / ARCHIVE, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY)
     except OSError:
         return None
     try:

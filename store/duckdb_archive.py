@@ -64,14 +64,20 @@ def _gc_paused():
             gc.enable()
 
 
-def copy_whole(source: Path, target: Path) -> None:
+def copy_whole(source: Path, target: Path, with_log: bool = False) -> None:
     """Copy the DuckDB file `source` (its log folded in, nobody writing) to `target`: under a
     temporary name, read whole (`read_whole`), flushed to disk, then renamed and the rename flushed,
     so `target` stays the last whole copy whenever the process is killed, the machine loses power
-    or the copy fails (a full disk, damage)."""
+    or the copy fails (a full disk, damage). `with_log`: a log beside `source` (SOURCE.wal, left by a
+    driver that was killed or lost its machine) holds commits the file does not; it is copied too and
+    folded into the copy, which then holds them."""
     tmp = target.with_name(target.name + ".tmp")
+    log, tmp_log = log_of(source), log_of(tmp)
     try:
         _copy_apart(source, tmp)
+        if with_log and log.exists():
+            _copy_apart(log, tmp_log)
+            fold_log(tmp)
         try:
             read_whole(tmp)
         except ArchiveDamaged as exc:  # named by its source: the copy is byte for byte, and is removed
@@ -82,6 +88,21 @@ def copy_whole(source: Path, target: Path) -> None:
         flush_dir(target.parent)
     finally:
         tmp.unlink(missing_ok=True)
+        tmp_log.unlink(missing_ok=True)
+
+
+def log_of(path: Path) -> Path:
+    """The write-ahead log DuckDB keeps beside the database file `path`."""
+    return path.with_name(path.name + ".wal")
+
+
+def fold_log(path: Path) -> None:
+    """Fold the log beside the DuckDB file `path` into it (a file no other process has open)."""
+    con = duckdb.connect(str(path), config=CONFIG)
+    try:
+        con.execute("CHECKPOINT")
+    finally:
+        con.close()
 
 
 def flush_dir(path: Path) -> None:
@@ -143,6 +164,11 @@ def migrations() -> list[tuple[int, str, str]]:
     return found
 
 
+class ArchiveNewer(Exception):
+    """The archive was written by a newer Atoll (a schema version this one does not know): this one
+    may read it, never write it, since its rows would lack what the newer schema holds."""
+
+
 class ArchiveDamaged(Exception):
     """The archive's file is shorter than the blocks it records: cut short (an unfinished copy, a disk error)."""
 
@@ -171,7 +197,11 @@ class DuckDBArchive:
             raise ArchiveDamaged(missing)
         self._writer: Writer | None = None
         if not read_only:
-            self.migrate()
+            try:
+                self.migrate()
+            except ArchiveNewer:
+                self.close()
+                raise
         self._columns = TableColumns(self.con)
 
     def __enter__(self) -> "DuckDBArchive":
@@ -205,10 +235,16 @@ class DuckDBArchive:
 
     # --- schema ---------------------------------------------------------------
     def migrate(self) -> list[int]:
-        """Apply the schema files not yet recorded; returns the versions applied."""
+        """Apply the schema files not yet recorded; returns the versions applied. An archive of a newer
+        schema than these files make raises ArchiveNewer before anything is written."""
         self.con.execute("CREATE TABLE IF NOT EXISTS schema_version "
                          "(version INTEGER PRIMARY KEY, name VARCHAR, applied_at TIMESTAMP)")
         done = {v for (v,) in self.con.execute("SELECT version FROM schema_version").fetchall()}
+        known = max(version for version, _, _ in migrations())
+        if done and max(done) > known:
+            raise ArchiveNewer(f"{self.path} was written by a newer Atoll (archive schema version {max(done)}; this "
+                               f"Atoll knows up to {known}): continue it with that Atoll or a newer one (upgrade "
+                               "Atoll here); atoll query, status and best still read it")
         applied = []
         for version, name, sql in migrations():
             if version in done:

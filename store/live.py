@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import select
 import socket
 import stat
 import struct
@@ -35,6 +36,7 @@ from store.readonly import QueryError, explained, first_line, owner_of, reads
 SOCKET = "archive.sock"
 LIVE_NOTE = "live run: answered by the process holding it"
 QUERY_TIMEOUT_S = 300.0  # a live query is interrupted after this long
+AT_ONCE = 4  # live queries answered at the same time; a further asker waits until one of them ends
 _HEADER = struct.Struct("!I")
 _MAX_REQUEST = 1 << 20
 
@@ -71,16 +73,21 @@ def _address(run_dir: Path):
 class LiveReads:
     """Serves read-only queries of `archive` on RUN_DIR/archive.sock until closed.
 
-    One query at a time, each in a read-only transaction on a connection of its own;
-    a query running past `timeout_s` is interrupted.
+    Up to `AT_ONCE` queries at a time, each in a thread and a read-only transaction on a
+    connection of its own, so one slow query does not hold up `atoll status`; a query
+    running past `timeout_s`, or whose asker hung up (Ctrl-C, a killed `atoll query`), is
+    interrupted.
     """
 
     def __init__(self, archive, run_dir: str | Path, timeout_s: float = QUERY_TIMEOUT_S):
         self.run_dir, self.timeout_s = Path(run_dir), timeout_s
-        self._con = archive.cursor()  # made here, used by the serving thread only
+        self._con = archive.cursor()  # made here; its cursors are made under self._lock
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._stop = threading.Event()
-        self._running = None  # the cursor of the query running now, to interrupt on close
+        self._lock = threading.Lock()
+        self._running: set = set()  # the cursors of the queries running now, to interrupt on close
+        self._answering: set[threading.Thread] = set()
+        self._slots = threading.BoundedSemaphore(AT_ONCE)
         self._thread = threading.Thread(target=self._serve, name="atoll-live-reads", daemon=True)
 
     def __enter__(self) -> "LiveReads":
@@ -108,12 +115,16 @@ class LiveReads:
 
     def close(self) -> None:
         self._stop.set()
-        running = self._running
-        if running is not None:
-            with contextlib.suppress(duckdb.Error):
-                running.interrupt()
+        with self._lock:  # a query not begun yet sees the stop once it takes the lock
+            for running in self._running:
+                with contextlib.suppress(duckdb.Error):
+                    running.interrupt()
         if self._thread.is_alive():
             self._thread.join()
+        with self._lock:
+            answering = list(self._answering)
+        for thread in answering:
+            thread.join()
         self._sock.close()
         self._con.close()
         if self._thread.ident is not None:  # it served, so the socket file is ours
@@ -121,15 +132,32 @@ class LiveReads:
                 (self.run_dir / SOCKET).unlink()
 
     def _serve(self) -> None:
+        """Accept askers while a slot is free, each answered in a thread of its own."""
         while not self._stop.is_set():
+            if not self._slots.acquire(timeout=0.2):
+                continue
             try:
                 client, _ = self._sock.accept()
-            except socket.timeout:
+            except TimeoutError:
+                self._slots.release()
                 continue
             except OSError:
+                self._slots.release()
                 return
+            thread = threading.Thread(target=self._answer_in_slot, args=(client,), name="atoll-live-query",
+                                      daemon=True)
+            with self._lock:
+                self._answering.add(thread)
+            thread.start()
+
+    def _answer_in_slot(self, client: socket.socket) -> None:
+        try:
             with client:
                 self._answer(client)
+        finally:
+            with self._lock:
+                self._answering.discard(threading.current_thread())
+            self._slots.release()
 
     def _answer(self, client: socket.socket) -> None:
         client.settimeout(10.0)
@@ -150,27 +178,68 @@ class LiveReads:
 
     def _run(self, client: socket.socket, statements: list) -> None:
         """Run the statements in one read-only transaction; stream the last one's rows."""
-        cursor = self._running = self._con.cursor()
-        timer = threading.Timer(self.timeout_s, cursor.interrupt)
-        timer.start()
+        with self._lock:
+            if self._stop.is_set():
+                return
+            cursor = self._con.cursor()
+            self._running.add(cursor)
+        watch = _Watch(client, cursor, self.timeout_s)
         try:
-            relation = run_read_only(cursor, statements)
-            if relation is None:
+            try:
+                relation = run_read_only(cursor, statements)
+                reader = None if relation is None else relation.to_arrow_reader(8192)
+                batches = iter(() if reader is None else reader)
+                first = next(batches, None)  # most failures (and interrupts) happen before the first rows
+            except duckdb.InterruptException:
+                raise QueryError(self._interrupted()) from None
+            if reader is None:
                 _send(client, {"ok": True, "pid": os.getpid(), "columns": None})
                 return
-            reader = relation.to_arrow_reader(8192)
-            batches = iter(reader)
-            first = next(batches, None)  # most failures (and interrupts) happen before the first rows
             _send(client, {"ok": True, "pid": os.getpid(), "columns": relation.columns})
             with client.makefile("wb") as out, pa.ipc.new_stream(out, reader.schema) as writer:
                 for batch in itertools.chain([first] if first is not None else [], batches):
                     writer.write_batch(batch)
         finally:
-            timer.cancel()
+            watch.stop()
             with contextlib.suppress(duckdb.Error):
                 cursor.execute("ROLLBACK")
-            self._running = None
-            cursor.close()
+            with self._lock:
+                self._running.discard(cursor)
+                cursor.close()
+
+    def _interrupted(self) -> str:
+        """Why a live query was interrupted, for its asker (one that hung up reads nothing)."""
+        if self._stop.is_set():
+            return ("interrupted: the process holding the archive closed it (the run ended or stopped) while this "
+                    "query ran; ask again")
+        return (f"interrupted: the query ran past {self.timeout_s:g} s, the longest a live run answers one; "
+                "narrow it (WHERE, LIMIT), or ask once the run has ended (its file is then read with no limit)")
+
+
+class _Watch:
+    """Interrupts a query's cursor once it runs past `timeout_s` or its asker hangs up, whichever
+    comes first, until stopped. An asker sends nothing after its request, so anything that becomes
+    readable on its socket is the end of it."""
+
+    def __init__(self, client: socket.socket, cursor, timeout_s: float):
+        self._wake_r, self._wake_w = os.pipe()
+        self._thread = threading.Thread(target=self._run, args=(client, cursor, timeout_s), daemon=True)
+        self._thread.start()
+
+    def _run(self, client: socket.socket, cursor, timeout_s: float) -> None:
+        poller = select.poll()
+        poller.register(client, select.POLLIN | select.POLLRDHUP | select.POLLHUP | select.POLLERR)
+        poller.register(self._wake_r, select.POLLIN)
+        events = poller.poll(timeout_s * 1000)
+        if not any(fd == self._wake_r for fd, _ in events):
+            with contextlib.suppress(duckdb.Error):
+                cursor.interrupt()
+
+    def stop(self) -> None:
+        os.write(self._wake_w, b"x")
+        self._thread.join()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
 
 
 def run_read_only(cursor, statements: list):

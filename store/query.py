@@ -21,6 +21,8 @@ from store.readonly import (
     first_line,
     is_damage_error,
     is_lock_error,
+    is_log_damage,
+    log_aside,
     reads,
 )
 
@@ -78,6 +80,8 @@ def run_query(run_dir: str | Path, sql: str) -> tuple[list[str], list[tuple], st
     try:
         con = duckdb.connect(str(archive), read_only=True, config=_READ_ONLY)
     except duckdb.Error as exc:  # another process's lock, or this process's own writer
+        if is_log_damage(exc):
+            raise QueryError(f"{DAMAGED_NOTE}{archive} does not open: {first_line(exc)}; {log_aside(archive)}") from None
         if is_damage_error(exc):
             raise QueryError(_damaged(f"{archive} does not open: {first_line(exc)}", readable=False)) from None
         if not is_lock_error(exc) and "same database file" not in str(exc):

@@ -89,10 +89,24 @@ def is_lock_error(exc: BaseException) -> bool:
 
 def is_damage_error(exc: BaseException) -> bool:
     """Whether DuckDB found a file it cannot read as written: a block past its end, or one whose
-    checksum does not match."""
+    checksum does not match, in the database file or in its log (`is_log_damage`)."""
     text = str(exc).strip()
     return type(exc).__module__ in ("duckdb", "_duckdb") and (
-        text.startswith("Corrupt database file") or "Could not read enough bytes from file" in text)
+        text.startswith("Corrupt database file") or "Could not read enough bytes from file" in text
+        or is_log_damage(exc))
+
+
+def is_log_damage(exc: BaseException) -> bool:
+    """Whether DuckDB refused the database's write-ahead log (FILE.wal) as damaged: an entry whose checksum
+    does not match. (A log cut short is replayed up to its cut.) The file then does not open at all."""
+    return "Corrupt WAL file" in str(exc)
+
+
+def log_aside(archive: Path) -> str:
+    """How to open an archive whose log is damaged: without the log, as of its last fold into the file."""
+    log = archive.with_name(archive.name + ".wal")
+    return (f"its log {log} (the commits not yet folded into the file) is damaged: to open the archive as of the "
+            f"log's last fold, without the commits after it, set the log aside: mv {log} {log}.damaged")
 
 
 def cut_short(con, path: Path) -> str | None:

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from controller import backup
+from controller.cli import UserError
 from store.duckdb_archive import DuckDBArchive
 from store.records import Candidate, EvalResult, Status
 
@@ -83,3 +84,44 @@ def test_what_a_killed_restore_was_staging_is_removed_by_the_next_one(tmp_path):
     backup.restore(tmp_path)
     assert not any(path.exists() for path in left) and live.exists()
     assert _programs(tmp_path / "archive.duckdb") == 2
+
+
+def test_a_copied_runs_archive_given_as_the_backup_brings_the_commits_of_its_log(tmp_path):
+    """The machine lost, its run directory copied off it (archive.duckdb with the killed driver's
+    archive.duckdb.wal): `atoll resume NEWDIR --from-backup COPY/archive.duckdb` took the file alone, and
+    the resumed run lacked every commit since the last fold of the log (up to 256 MB of them)."""
+    lost = tmp_path / "lost"
+    lost.mkdir()
+    writer = ("import os, sys, time\nfrom store.duckdb_archive import DuckDBArchive\n"
+              "from store.records import Candidate, EvalResult, Status\n"
+              "a = DuckDBArchive(sys.argv[1])\n"
+              "a.create_run('r1', {}); a.con.execute('CHECKPOINT')\n"
+              "a.record([(Candidate(f'p{i}', 'r1', 0, 1, (), 'x = 1', 'seed', time.time()),\n"
+              "           EvalResult(f'p{i}', 'search', Status.OK, score=-1.0)) for i in range(5)])\n"
+              "os._exit(0)\n")
+    subprocess.run([sys.executable, "-c", writer, str(lost / "archive.duckdb")], check=True,
+                   cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    log = lost / "archive.duckdb.wal"
+    assert log.exists()
+    before = (lost / "archive.duckdb").read_bytes(), log.read_bytes()
+    said = backup.restore(tmp_path / "new", lost / "archive.duckdb")
+    assert "(5 search evaluations committed then" in said
+    assert _programs(tmp_path / "new" / "archive.duckdb") == 5
+    assert sorted(p.name for p in (tmp_path / "new").iterdir()) == ["archive.duckdb"]
+    assert ((lost / "archive.duckdb").read_bytes(), log.read_bytes()) == before  # the copy given is left as it was
+
+
+def test_a_live_runs_archive_is_refused_as_the_backup(tmp_path):
+    """A file a live driver writes changes while it is copied: refused in one line, nothing made."""
+    _archive(tmp_path / "live.duckdb", "r1", 2)
+    hold = "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('held', flush=True); time.sleep(60)"
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(tmp_path / "live.duckdb")], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(UserError, match=r"live\.duckdb: a live process holds it"):
+            backup.restore(tmp_path / "new", tmp_path / "live.duckdb")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not (tmp_path / "new").exists()

@@ -3,13 +3,16 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from controller import rundir
 from controller.address import check_address
 from controller.cli import UserError
-from store.duckdb_archive import DuckDBArchive
+from store.duckdb_archive import DuckDBArchive, migrations
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_runs_started_in_the_same_second_claim_distinct_directories(tmp_path, monkeypatch):
@@ -83,3 +86,23 @@ def test_an_address_where_nothing_answers_is_refused_and_a_listening_one_passes(
     for bad in ("nonsense", "host:", "host:99999", ":6379"):
         with pytest.raises(UserError, match="not an address; expected HOST:PORT"):
             check_address(bad)
+
+
+def test_an_archive_of_a_newer_atoll_is_read_but_never_resumed(tmp_path):
+    """An older Atoll (a node not yet upgraded) resuming a newer one's run wrote rows without what the
+    newer schema holds; it now refuses in one line before writing anything, and queries still read it."""
+    with DuckDBArchive(tmp_path / "archive.duckdb") as archive:
+        archive.create_run("r1", {"run": {"name": "x"}}, "")
+        archive.con.execute("INSERT INTO schema_version VALUES (999, '999_future.sql', now())")
+    before = (tmp_path / "archive.duckdb").read_bytes()
+    resume = subprocess.run([sys.executable, "-m", "controller", "resume", str(tmp_path)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert resume.returncode == 2, resume.stderr
+    said = (f"atoll: {tmp_path / 'archive.duckdb'} was written by a newer Atoll (archive schema version 999; this "
+            f"Atoll knows up to {migrations()[-1][0]}): continue it with that Atoll or a newer one (upgrade Atoll "
+            "here); atoll query, status and best still read it")
+    assert resume.stderr.strip().splitlines() == [said]
+    assert (tmp_path / "archive.duckdb").read_bytes() == before
+    query = subprocess.run([sys.executable, "-m", "controller", "query", str(tmp_path), "SELECT status FROM runs"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert query.returncode == 0 and "created" in query.stdout, query.stderr

@@ -51,3 +51,15 @@ def test_status_names_the_librarys_copy_and_waits_for_no_dead_backup_dir(tmp_pat
     out = atoll_cli("status", str(run_dir), timeout=60).stdout
     assert f"library's copy off this machine: {away} did not answer within 5 s" in out, out
     assert time.monotonic() - start < 30
+
+
+def test_a_run_whose_driver_died_before_its_search_began_is_shown_stopped_with_the_resume(tmp_path, atoll_cli):
+    """A driver killed while Ray started leaves its run `created`: status showed `created`, as if it were about
+    to start, and no way on; it is a run stopped without ending, which a resume begins."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with DuckDBArchive(run_dir / "archive.duckdb") as archive:
+        archive.create_run("r1", {})
+    out = atoll_cli("status", str(run_dir)).stdout
+    assert "stopped without ending" in out and " created " not in out, out
+    assert f"Continue with: atoll resume {run_dir}" in " ".join(out.split()), out

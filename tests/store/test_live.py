@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -69,9 +70,69 @@ def test_the_transaction_and_the_database_refuse_what_the_parser_would(held):
 
 def test_a_query_past_its_time_is_interrupted(tmp_path):
     with DuckDBArchive(tmp_path / "archive.duckdb") as archive, LiveReads(archive, tmp_path, timeout_s=0.3):
-        with pytest.raises(QueryError, match="INTERRUPT|interrupted"):
+        with pytest.raises(QueryError, match=r"^interrupted: the query ran past 0\.3 s, the longest a live run answers "
+                                             r"one; narrow it \(WHERE, LIMIT\), or ask once the run has ended"):
             run_query(tmp_path, "SELECT count(*) FROM range(1000000000000) a(x) WHERE x % 7 = 3")
         assert run_query(tmp_path, "SELECT 42")[1] == [(42,)]  # and the next one answers
+
+
+def test_a_query_running_when_the_run_ends_is_told_so(tmp_path):
+    """The driver ends (or is stopped) during a live query: its asker read `INTERRUPT Error: Interrupted!`,
+    with no word of why or what to do."""
+    slow = "SELECT count(*) FROM range(1000000000000) a(x) WHERE x % 7 = 3"
+    ask = ("import sys\nfrom store.query import QueryError, run_query\ntry:\n    run_query(sys.argv[1], sys.argv[2])\n"
+           "except QueryError as exc:\n    print(exc)\n")
+    with DuckDBArchive(tmp_path / "archive.duckdb") as archive:
+        with LiveReads(archive, tmp_path, timeout_s=600) as reads:
+            asker = subprocess.Popen([sys.executable, "-c", ask, str(tmp_path), slow], cwd=ROOT, env=ENV,
+                                     stdout=subprocess.PIPE, text=True)
+            deadline = time.monotonic() + 60
+            while not reads._running and time.monotonic() < deadline:
+                time.sleep(0.05)
+        said = asker.communicate(timeout=60)[0].strip()
+    assert said == ("interrupted: the process holding the archive closed it (the run ended or stopped) while this "
+                    "query ran; ask again"), said
+
+
+def test_a_query_whose_asker_hung_up_is_interrupted_and_the_next_asker_is_answered(tmp_path):
+    """Ctrl-C on a slow `atoll query` (its process killed) stops the query in the holder: the next asker
+    (`atoll status` at 3 a.m.) does not wait out the abandoned query's time limit."""
+    slow = "SELECT count(*) FROM range(1000000000000) a(x) WHERE x % 7 = 3"
+    with DuckDBArchive(tmp_path / "archive.duckdb") as archive, LiveReads(archive, tmp_path, timeout_s=600) as reads:
+        ask = "import sys; from store.query import run_query; run_query(sys.argv[1], sys.argv[2])"
+        asker = subprocess.Popen([sys.executable, "-c", ask, str(tmp_path), slow], cwd=ROOT, env=ENV)
+        deadline = time.monotonic() + 60
+        while not reads._running and time.monotonic() < deadline:
+            time.sleep(0.05)
+        asker.kill()
+        asker.wait()
+        deadline = time.monotonic() + 10
+        while reads._running and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not reads._running, "the abandoned query still runs"
+        assert run_query(tmp_path, "SELECT 42")[1] == [(42,)]
+
+
+def test_a_slow_query_does_not_hold_up_the_next_askers(tmp_path):
+    """One asker's long analysis of a live run: `atoll status` (another asker) is answered meanwhile,
+    not after the slow query's end or its time limit."""
+    slow = "SELECT count(*) FROM range(1000000000000) a(x) WHERE x % 7 = 3"
+    with DuckDBArchive(tmp_path / "archive.duckdb") as archive, LiveReads(archive, tmp_path, timeout_s=600) as reads:
+        ask = "import sys; from store.query import run_query; run_query(sys.argv[1], sys.argv[2])"
+        asker = subprocess.Popen([sys.executable, "-c", ask, str(tmp_path), slow], cwd=ROOT, env=ENV)
+        try:
+            deadline = time.monotonic() + 60
+            while not reads._running and time.monotonic() < deadline:
+                time.sleep(0.05)
+            answered = []
+            quick = threading.Thread(target=lambda: answered.append(run_query(tmp_path, "SELECT 42")[1]), daemon=True)
+            quick.start()
+            quick.join(20)
+            assert answered == [[(42,)]], "the second asker waited on the first's slow query"
+            assert asker.poll() is None  # the slow one still runs
+        finally:
+            asker.kill()
+            asker.wait()
 
 
 def test_a_deep_run_directory_is_served(tmp_path):

@@ -54,6 +54,13 @@ def test_atoll_query_prints_each_statements_result_in_turn(run_dir, atoll_cli):
     assert refused.returncode == 2 and refused.stdout == "" and "DELETE statements are refused" in refused.stderr
 
 
+def test_json_lines_keep_every_column_of_a_join_that_names_one_twice(run_dir, atoll_cli):
+    """`SELECT r.*, s.*` of a join: the second run_id (or created_at) overwrote the first in the JSON line,
+    and a column was lost without a word; the repeats are now named `_1`, `_2` after the first."""
+    out = atoll_cli("query", str(run_dir), "SELECT 1 AS a, 2 AS a, 3 AS b, 4 AS a", "--json")
+    assert out.stdout.splitlines() == ['{"a": 1, "a_1": 2, "b": 3, "a_2": 4}'], out.stdout
+
+
 @pytest.mark.parametrize("sql", [
     "DELETE FROM runs", "CREATE TABLE t (a INT)", "UPDATE runs SET status = 'x'", "DROP VIEW mutator_success",
     "INSERT INTO runs SELECT * FROM runs", "CREATE TEMP TABLE t AS SELECT 1", "CREATE MACRO m() AS 1",
@@ -183,3 +190,37 @@ def test_a_reader_that_leaves_early_ends_the_command_without_a_traceback(shared_
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 141, err
     assert first.startswith(b'{"i": 0') and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def _damaged_log(run_dir):
+    """A run directory whose driver was killed with commits in its log, and a disk error in the log."""
+    writer = ("import os, sys, time\nfrom store.duckdb_archive import DuckDBArchive\n"
+              "from store.records import Candidate, EvalResult, Status\n"
+              "a = DuckDBArchive(sys.argv[1])\n"
+              "a.create_run('r1', {}); a.con.execute('CHECKPOINT')\n"
+              "for b in range(4):\n"
+              "    a.record([(Candidate(f'p{b}-{i}', 'r1', 0, 1, (), 'x = 1' * 50, 'seed', time.time()),\n"
+              "               EvalResult(f'p{b}-{i}', 'search', Status.OK, score=-1.0)) for i in range(50)])\n"
+              "os._exit(0)\n")
+    subprocess.run([sys.executable, "-c", writer, str(run_dir / "archive.duckdb")], check=True, cwd=ROOT,
+                   env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    log = run_dir / "archive.duckdb.wal"
+    data = bytearray(log.read_bytes())
+    data[data.index(b"p2-10")] = ord("q")  # a byte of the third commit: its entry's checksum no longer matches
+    log.write_bytes(bytes(data))
+    return log
+
+
+def test_a_damaged_log_is_named_with_how_to_open_the_archive_without_it(tmp_path, atoll_cli):
+    """A disk error in archive.duckdb.wal: `atoll resume` ended in a DuckDB traceback, and query and status
+    said only 'cannot open'; each now names the damaged log and how to open the archive without it."""
+    log = _damaged_log(tmp_path)
+    aside = f"set the log aside: mv {log} {log}.damaged"
+    with pytest.raises(QueryError, match="^damaged archive: .*Corrupt WAL file") as refused:
+        run_query(tmp_path, "SELECT count(*) FROM programs")
+    assert str(refused.value).endswith(aside)
+    resume = atoll_cli("resume", str(tmp_path), check=False)
+    assert resume.returncode == 2 and "Traceback" not in resume.stderr, resume.stderr
+    assert resume.stderr.strip().splitlines()[-1].endswith(aside), resume.stderr
+    log.rename(f"{log}.damaged")  # as told: the archive as of the log's last fold
+    assert run_query(tmp_path, "SELECT count(*) FROM runs")[1] == [(1,)]
