@@ -250,6 +250,7 @@ def _pipe_closed() -> int:
 
 
 _SEARCHING = ("run", "resume", "report", "baselines")  # their stop commits first (store.signals.stopping)
+_READING = ("status", "progress", "lineage", "query", "runs", "watch", "jobs", "check")  # change nothing
 
 
 def _interrupted(args) -> int:
@@ -259,7 +260,8 @@ def _interrupted(args) -> int:
         signals.stopping()  # store.signals imports nothing of Ray's: this Ctrl-C may have cut `import ray` short
     then = getattr(args, "continue_with", lambda: None)()
     try:
-        print(f"atoll {args.command}: stopped (Ctrl-C, SIGTERM or SIGHUP); what was committed before stays"
+        kept = "it only reads, so nothing changed" if args.command in _READING else "what was committed before stays"
+        print(f"atoll {args.command}: stopped (Ctrl-C, SIGTERM or SIGHUP); {kept}"
               + (f". Continue with: {then}" if then else ""), file=sys.stderr, flush=True)
     except OSError:  # nowhere to say it
         pass

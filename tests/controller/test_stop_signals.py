@@ -81,3 +81,5 @@ def test_ctrl_c_while_atolls_modules_load_is_one_line(tmp_path, module):
                          capture_output=True, text=True, timeout=60, check=False)
     assert "Traceback" not in out.stderr and out.returncode == 130, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and "stopped (Ctrl-C" in out.stderr, out.stderr
+    # `status` only reads: "what was committed before stays" spoke of commits it never makes
+    assert "committed" not in out.stderr, out.stderr
