@@ -15,20 +15,23 @@ from __future__ import annotations
 from store.records import Status
 
 MAX_CHECKS = 24  # validation failures before the next program is crowned unchecked
-# SQL: a program whose validation result did not end OK is never the evolved best (`atoll best` too)
+# SQL: a program whose validation result did not end OK is never the evolved best (`atoll best` too);
+# `atoll report --again` checks once more those that ended otherwise than INVALID (a timeout on a busy machine)
 PASSED_OVER = ("EXISTS (SELECT 1 FROM evaluations v WHERE v.program_id = p.program_id AND v.split = 'validation' "
                "AND v.status <> 'OK')")
+PASSED_OVER_AGAIN = PASSED_OVER.replace("<> 'OK'", "= 'INVALID'")
 
 
-def crowned(archive, run_id: str, validate, width, console=None) -> dict | None:
+def crowned(archive, run_id: str, validate, width, console=None, again: bool = False) -> dict | None:
     """The evolved best ({program_id, code, score, status}), or None when no program scored OK on the
     search split. `validate({program_id: code})` scores up to `width()` programs at once on the
     validation split (called only when one needs a check: it may start the evaluators) and returns
     {program_id: EvalResult}, each stored as it arrives; None (an archive that may not be written):
-    the stored results alone decide. `console` (None: silent) hears what was passed over and why."""
+    the stored results alone decide. `console` (None: silent) hears what was passed over and why.
+    With `again`, a stored validation result that ended TIMEOUT or FAILED is checked again."""
     say = console.print if console is not None else lambda *args, **kwargs: None
-    rows = _ranked(archive, run_id, 2 * MAX_CHECKS + 1)
-    status = {row["program_id"]: row["status"] for row in rows}
+    rows = _ranked(archive, run_id, 2 * MAX_CHECKS + 1, again and validate is not None)
+    status = {row["program_id"]: row["status"] if row["status"] == "OK" else None for row in rows}
     failed = 0
     for i, row in enumerate(rows):
         if status[row["program_id"]] is None and failed < MAX_CHECKS and validate is not None:
@@ -45,14 +48,14 @@ def crowned(archive, run_id: str, validate, width, console=None) -> dict | None:
     return None  # every ranked program failed: more than MAX_CHECKS had failed before this report
 
 
-def _ranked(archive, run_id: str, limit: int) -> list[dict]:
+def _ranked(archive, run_id: str, limit: int, again: bool = False) -> list[dict]:
     """The programs that scored OK on the search split, best first (ties: the shorter code, then the
-    earlier, as `DuckDBArchive.best_program`), but those whose validation failed; each with its
-    validation status (None: not checked)."""
+    earlier, as `DuckDBArchive.best_program`), but those whose validation failed (with `again`: was
+    INVALID); each with its validation status (None: not checked)."""
     rows = archive.con.execute(
         "SELECT p.program_id, p.code, p.search_score, v.status FROM programs p LEFT JOIN evaluations v "
         "ON v.program_id = p.program_id AND v.split = 'validation' WHERE p.run_id = ? AND p.search_status = 'OK' "
-        f"AND p.mutator NOT LIKE 'baseline:%' AND NOT {PASSED_OVER} "
+        f"AND p.mutator NOT LIKE 'baseline:%' AND NOT {PASSED_OVER_AGAIN if again else PASSED_OVER} "
         "ORDER BY p.search_score DESC, length(p.code), p.seq LIMIT ?", [run_id, limit]).fetchall()
     return [dict(zip(("program_id", "code", "score", "status"), row)) for row in rows]
 

@@ -142,7 +142,7 @@ def heldout_report(archive, run_id: str, domain, evaluators, console, new_actor,
         return actors
 
     validate = None if archive.read_only else lambda jobs: _validated(archive, run_id, started(), new_actor, jobs)
-    best = crowned(archive, run_id, validate, lambda: len(started()), console)
+    best = crowned(archive, run_id, validate, lambda: len(started()), console, again)
     programs, stored = heldout_programs(archive, run_id, domain, best)
     if EVOLVED not in programs:
         why = ("every program checked failed on the validation split" if archive.best_program(run_id, "search")

@@ -200,8 +200,9 @@ def test_a_report_stopped_after_the_reference_figures_keeps_them_for_the_next(ra
 
 def test_the_report_does_not_crown_a_best_that_runs_away_on_the_validation_split(ray_cluster, tmp_path):
     """The best search score belongs to a policy that runs away from a high stock (it never meets one in
-    the search): the report checks it on the validation split, stores why it failed there, and crowns
-    the next program, whose validation holds; `atoll best` names that one too."""
+    the search): the report checks it on the validation split, stores why it failed there, and passes it
+    over; the next program's validation timed out in the run, and `report --again` checks it once more
+    and crowns it; `atoll best` names that one too."""
     from controller.actors import new_evaluator
     from controller.config import validate
     from controller.report import EVOLVED, heldout_report
@@ -227,15 +228,19 @@ def test_the_report_does_not_crown_a_best_that_runs_away_on_the_validation_split
             for pid, code, score in (("seed", domain.seed_program, -1.0), ("runaway", GATED, -0.9)):
                 archive.record([(Candidate(pid, "r1", 0, 0, (), code, "seed" if pid == "seed" else "embedded:x",
                                            time.time()), EvalResult(pid, "search", Status.OK, score=score))])
+            busy = EvalResult("seed", "validation", Status.TIMEOUT, error="wall-clock limit of 0.05 s exceeded")
+            archive.record_evaluations([busy], "r1")  # checked during the run, on a busy machine
             console = SafeConsole(record=True, width=300, markup=False)
-            results = heldout_report(archive, "r1", domain, lambda: actors, console, None)
+            first = heldout_report(archive, "r1", domain, lambda: actors, console, None)
             stored = archive.evaluation("runaway", "validation")
+            results = heldout_report(archive, "r1", domain, lambda: actors, console, None, again=True)
     finally:
         for actor in actors:
             ray_cluster.kill(actor)
     out = console.export_text()
-    assert results[EVOLVED].program_id == "seed", out
+    assert EVOLVED not in first and "every program checked failed on the validation split" in out, out
     assert stored["status"] == "INVALID" and "runs away" in stored["error"]
     assert "[atoll] validation: program runaway is not crowned: INVALID: instance " in out, out
+    assert results[EVOLVED].program_id == "seed", out  # --again checked the timed-out seed once more
     best = atoll(tmp_path, "best", run_dir)
     assert best.returncode == 0 and best.stdout.startswith("best program seed: search score -1,"), best.stdout

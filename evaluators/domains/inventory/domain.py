@@ -262,8 +262,9 @@ class Inventory(Domain):
             if ratio > RUNAWAY:
                 raise CandidateError(Status.INVALID, (
                     f"instance {spec.key}: on the validation split's {len(t.stats.cost)} fresh trajectories of "
-                    f"{self.measured_periods('validation')} periods the tuned policy cost {ratio:.3g} times optimized "
-                    f"base-stock's: it runs away over long horizons (stock or orders diverging)"))
+                    f"{self.measured_periods('validation')} periods, starting with {self.config.max_order} units on "
+                    f"hand, the tuned policy cost {ratio:.3g} times optimized base-stock's (more than {RUNAWAY:g}): it "
+                    "runs away over long horizons or from a high stock (stock or orders diverging)"))
 
     def _measure(self, policy: PolicyFn, specs: list[InstanceSpec], values: list[dict], split: str) -> list:
         """Each instance's parameter `values` on its fresh trajectories of `split`, in a single pass."""

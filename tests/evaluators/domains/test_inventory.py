@@ -321,5 +321,6 @@ def test_a_policy_that_runs_away_past_the_search_horizon_is_invalid_on_the_valid
     assert search.status == Status.OK and search.score == evaluator.evaluate("seed", seed, "search").score
     validation = evaluator.evaluate("runaway", code, "validation")
     assert validation.status == Status.INVALID, validation
-    assert "of 100 periods the tuned policy cost" in validation.error and "runs away" in validation.error
+    assert "of 100 periods, starting with 100 units on hand, the tuned policy cost" in validation.error
+    assert "runs away" in validation.error
     assert evaluator.evaluate("seed", seed, "validation").status == Status.OK
