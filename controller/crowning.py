@@ -3,7 +3,7 @@ validation split did not fail.
 
 The search ranks programs by search score alone, and a program can score well there and still
 fail on data of the same kind met otherwise: the inventory domain's validation split measures
-over the held-out's horizon from a disturbed start, and a policy that runs away there is INVALID
+from a disturbed start (a high stock), and a policy that runs away there is INVALID
 (`Inventory._check_stable`). So before the held-out table the report evaluates the candidates on
 the validation split (the run's own data, from its validation secret), best search score first,
 as many at a time as it has evaluators, until one ends OK; each result is stored, so a later

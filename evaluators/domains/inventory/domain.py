@@ -18,9 +18,9 @@ them: a program that recorded a round's demand would know every later round's
 future. So no score comes from data the program has met before: the fresh
 trajectories run once, as extra rows of the last tuning round (every trial that
 could still be the best), and only the best's rows count. The validation split tunes the same way
-on trajectories of the validation secret and measures on fresh ones as long as held-out's (a pass
-of its own), so a policy that runs away after the search's horizon fails there, on the run's own
-data. The held-out split re-tunes on other
+on trajectories of the validation secret and measures on fresh ones in a pass of its own, each
+starting with a high stock, so a policy that runs away from a state its tuning never reached fails
+there, on the run's own data. The held-out split re-tunes on other
 instances (on tuning trajectories of the held-out secret) and measures on fresh
 trajectories with a longer horizon.
 """
@@ -89,7 +89,7 @@ class InventoryConfig(BaseModel):
         None, description="Instances of the validation split (scored like the search split, on demand drawn from "
                           "the run's validation secret); None: the search instances, on fresh demand.")
     search_periods: int = Field(250, ge=10, le=100_000, description="Measured periods per search trajectory (after warm-up); also the tuning horizon of validation and held-out instances.")
-    validation_periods: int | None = Field(None, ge=10, le=1_000_000, description="Measured periods per fresh validation trajectory (after warm-up); None: heldout_periods. A policy that is fine for search_periods and runs away later (stock piling up without end) is then seen on the run's own validation data, and the report does not crown it.",
+    validation_periods: int | None = Field(None, ge=10, le=1_000_000, description="Measured periods per fresh validation trajectory (after warm-up); None: search_periods. The validation's start with max_order units on hand shows a policy that never works off a high stock at any horizon; heldout_periods would also show one that changes course after the search's horizon, at several times a validation's cost.",
                                            json_schema_extra={"fingerprint": False})  # no search score depends on it
     heldout_periods: int = Field(2000, ge=10, le=1_000_000, description="Measured periods per held-out trajectory (after warm-up).")
     warmup: int = Field(200, ge=0, le=100_000, description="Periods simulated before costs are counted, from an empty system.")
@@ -209,12 +209,12 @@ class Inventory(Domain):
         return self._draw(spec, rng, rows, cfg.warmup + self.measured_periods(split))
 
     def measured_periods(self, split: str) -> int:
-        """Measured periods of `split`'s fresh trajectories: validation's are as long as held-out's (by default)."""
+        """Measured periods of `split`'s fresh trajectories (validation's: `validation_periods`, else the search's)."""
         cfg = self.config
         if split == "heldout":
             return cfg.heldout_periods
         if split == "validation":
-            return cfg.validation_periods or cfg.heldout_periods
+            return cfg.validation_periods or cfg.search_periods
         return cfg.search_periods
 
     def tuner_seed(self, spec: InstanceSpec, split: str) -> int:
@@ -255,8 +255,9 @@ class Inventory(Domain):
 
     def _check_stable(self, specs, tuned: list[Tuned], base: list[dict]) -> None:
         """INVALID when an instance's validation cost is RUNAWAY times optimized base-stock's on the same
-        trajectories: a tuned policy that far behind on data like its tuning's has run away over the
-        validation's longer horizon (stock piling up, or orders stopping), which the search's cannot show."""
+        trajectories: a tuned policy that far behind on data like its tuning's has run away from the
+        validation's disturbed start or over its horizon (stock piling up, or orders stopping), which the search's
+        trajectories, short and from an empty system, cannot show."""
         for spec, t, b in zip(specs, tuned, base):
             ratio = float(t.stats.cost.mean() / b["costs"].mean())
             if ratio > RUNAWAY:

@@ -299,7 +299,8 @@ def policy(state, params):
     steady = np.full(position.shape, state["mean_demand"] + 1)
     return np.where(state["on_hand"] < 90, np.maximum(params["level"] - position, 0), steady)
 """
-# The seed's base-stock for the search's horizon (warm-up 20 + 60 periods), then twice the mean demand.
+# The seed's base-stock for the search's horizon (warm-up 20 + 60 periods), then twice the mean demand
+# (from the disturbed start too: its on-hand stock would fall to the level, then climb).
 LATE = """import numpy as np
 PARAMS = {"level": (15.0, 0.0, 80.0)}
 def policy(state, params):
@@ -310,17 +311,19 @@ def policy(state, params):
 """
 
 
-@pytest.mark.parametrize("code", [GATED, LATE], ids=["runs-away-from-a-high-stock", "runs-away-after-the-horizon"])
-def test_a_policy_that_runs_away_past_the_search_horizon_is_invalid_on_the_validation_split(code):
+@pytest.mark.parametrize("code, options", [(GATED, {}), (LATE, {"validation_periods": 100})],
+                         ids=["runs-away-from-a-high-stock", "runs-away-after-the-horizon"])
+def test_a_policy_that_runs_away_past_the_search_horizon_is_invalid_on_the_validation_split(code, options):
     """Scored like base-stock on the search split, whose trajectories are short and start empty; the
-    validation split measures over held-out's horizon from a start with max_order on hand, and says
-    why it fails there (the report then does not crown it, `controller.crowning`)."""
-    evaluator = Evaluator("inventory", TINY, SandboxConfig(wall_s=60), secrets=RunSecrets.fixed(5))
+    validation split measures from a start with max_order on hand (and, with validation_periods, over a
+    longer horizon), and says why it fails there (the report then does not crown it, `controller.crowning`)."""
+    evaluator = Evaluator("inventory", dict(TINY, **options), SandboxConfig(wall_s=60), secrets=RunSecrets.fixed(5))
     seed = evaluator.domain.seed_program
     search = evaluator.evaluate("runaway", code, "search")
     assert search.status == Status.OK and search.score == evaluator.evaluate("seed", seed, "search").score
     validation = evaluator.evaluate("runaway", code, "validation")
     assert validation.status == Status.INVALID, validation
-    assert "of 100 periods, starting with 100 units on hand, the tuned policy cost" in validation.error
+    periods = options.get("validation_periods", TINY["search_periods"])
+    assert f"of {periods} periods, starting with 100 units on hand, the tuned policy cost" in validation.error
     assert "runs away" in validation.error
     assert evaluator.evaluate("seed", seed, "validation").status == Status.OK
