@@ -420,10 +420,11 @@ def _read_only_report(archive, run_id: str, domain, unwritable: rundir.NotWritab
     """A report that may not write the archive goes on only if it would write nothing: every held-out
     result stored (and, `again`, every one OK), and the archive at this version's schema. Else the
     refusal says what is missing."""
+    from controller.crowning import crowned
     from controller.report import heldout_programs, not_ok
     from store.duckdb_archive import migrations
 
-    programs, stored = heldout_programs(archive, run_id, domain)
+    programs, stored = heldout_programs(archive, run_id, domain, crowned(archive, run_id, None, None))
     failed = not_ok(stored) if again else []
     if failed:
         raise unwritable.because(f"atoll report --again needs to write it: {len(failed)} held-out results did not "

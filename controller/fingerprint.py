@@ -63,9 +63,9 @@ def _validated(domain, options: dict | None = None) -> tuple[str, dict, list[str
 
 
 def _held_out_only(model, name: str) -> bool:
-    """An option marked `json_schema_extra={"fingerprint": False}` shapes only the held-out measurement,
-    never a search or validation score: runs that differ in it share elites, and keys stay as they were
-    before it existed."""
+    """An option marked `json_schema_extra={"fingerprint": False}` shapes no search score (only the
+    held-out measurement, or the validation split's horizon): runs that differ in it share elites, and
+    keys stay as they were before it existed."""
     field = model.model_fields.get(name)
     extra = field.json_schema_extra if field is not None else None
     return isinstance(extra, dict) and extra.get("fingerprint") is False

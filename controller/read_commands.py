@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from controller.cli import UserError
+from controller.crowning import PASSED_OVER
 from controller.memory_commands import library_query
 from controller.terminal import SafeConsole, visible
 
@@ -282,15 +283,17 @@ def _inline(value) -> str:
 
 
 def cmd_best(args) -> int:
-    """The best program as the held-out report picks it (`DuckDBArchive.best_program`: ties go to the
-    shorter code, then the earlier), with its held-out result, or what became of it."""
+    """The best program as the held-out report crowns it (`controller.crowning`: the best search score
+    whose validation result did not fail; ties go to the shorter code, then the earlier), with its
+    held-out result, or what became of it."""
     run_dir = Path(args.run_dir)
     cols, rows, note = query_run(run_dir, (
         "SELECT p.program_id, p.code, s.score, h.status, h.score AS heldout_score, h.error, "
         "h.metrics AS heldout_metrics "
         "FROM programs p JOIN evaluations s ON s.program_id = p.program_id AND s.split = 'search' "
         "LEFT JOIN evaluations h ON h.program_id = p.program_id AND h.split = 'heldout' "
-        "WHERE s.status = 'OK' AND p.mutator NOT LIKE 'baseline:%' ORDER BY s.score DESC, length(p.code), p.seq "
+        f"WHERE s.status = 'OK' AND p.mutator NOT LIKE 'baseline:%' AND NOT {PASSED_OVER} "
+        "ORDER BY s.score DESC, length(p.code), p.seq "
         "LIMIT 1"))
     if not rows:
         raise UserError(f"{run_dir} has no successfully evaluated program yet")

@@ -10,13 +10,14 @@ from rich.table import Table
 
 from controller import faults
 from controller.actors import evaluator_count, new_evaluator
+from controller.crowning import crowned
 from controller.memory import library_note
 from evaluators.secrets import replay_note
 from store.columns import to_json
 from store.records import Candidate, EvalResult, Status
 
 REPORT_RETRIES = 1  # a held-out job whose evaluator died is run once more on a fresh one
-EVOLVED = "evolved best"  # the label of the run's best program (by search score) in every domain's table
+EVOLVED = "evolved best"  # the label of the run's best program (`controller.crowning`) in every domain's table
 REFERENCE_EVENT = "heldout-reference"  # the domain's held-out reference figures, as first measured for the run
 
 
@@ -62,8 +63,8 @@ class _Pool:
     """The report's evaluators, one job each at a time; what becomes of a lost one's job is
     decided by `controller.faults`, as in the search."""
 
-    def __init__(self, actors, new_actor, programs: dict, reference: bool = True):
-        self.free, self.new_actor, self.programs = list(actors), new_actor, programs
+    def __init__(self, actors, new_actor, programs: dict, reference: bool = True, split: str = "heldout"):
+        self.free, self.new_actor, self.programs, self.split = list(actors), new_actor, programs, split
         self.jobs = [None, *programs] if reference else list(programs)  # labels; None is the reference figures
         self.running: dict = {}
         self.deaths = faults.Deaths(REPORT_RETRIES)
@@ -74,7 +75,7 @@ class _Pool:
         while self.jobs and self.free:
             actor, label = self.free.pop(0), self.jobs.pop(0)
             call = actor.reference.remote("heldout") if label is None else \
-                actor.evaluate.remote(*self.programs[label], "heldout")
+                actor.evaluate.remote(*self.programs[label], self.split)
             self.running[call] = (label, actor)
         ref = ray.wait(list(self.running), num_returns=1)[0][0]
         label, actor = self.running.pop(ref)
@@ -103,7 +104,7 @@ class _Pool:
     def _failed(self, label, reason: str):
         if label is None:
             return {}, reason
-        return EvalResult(self.programs[label][0], "heldout", Status.FAILED, error=reason)
+        return EvalResult(self.programs[label][0], self.split, Status.FAILED, error=reason)
 
 
 def _print_table(console, title: str, columns, rows, notes) -> None:
@@ -133,10 +134,21 @@ def heldout_report(archive, run_id: str, domain, evaluators, console, new_actor,
     starts them, and Ray) not at all. With `again`, stored results that did not end OK (a
     timeout on a busy machine) are scored again. `new_actor()` replaces an evaluator that died.
     """
-    programs, stored = heldout_programs(archive, run_id, domain)
+    actors: list = []
+
+    def started() -> list:
+        if not actors:
+            actors.extend(evaluators())
+        return actors
+
+    validate = None if archive.read_only else lambda jobs: _validated(archive, run_id, started(), new_actor, jobs)
+    best = crowned(archive, run_id, validate, lambda: len(started()), console, again)
+    programs, stored = heldout_programs(archive, run_id, domain, best)
     if EVOLVED not in programs:
-        console.print("[atoll] held-out: no program of this run scored OK on the search split, so the table has no "
-                      "evolved best: the baselines alone", soft_wrap=True)
+        why = ("every program checked failed on the validation split" if archive.best_program(run_id, "search")
+               else "no program of this run scored OK on the search split")
+        console.print(f"[atoll] held-out: {why}, so the table has no evolved best: the baselines alone",
+                      soft_wrap=True)
     redo = {label: result for label, result in stored.items() if again and result.status != Status.OK}
     if redo:
         console.print("[atoll] held-out: scoring again what did not end OK: "
@@ -146,14 +158,11 @@ def heldout_report(archive, run_id: str, domain, evaluators, console, new_actor,
         console.print(f"[atoll] held-out: {len(stored)} of {len(programs)} programs already scored, "
                       f"from the archive: {', '.join(stored)}")
     todo = {label: program for label, program in programs.items() if label not in stored}
-    actors: list = []
 
     def evaluated(jobs: dict, figures: bool) -> tuple[dict, dict, str]:
         """`jobs` scored (each stored as it arrives) and, if `figures`, the reference figures measured
         and kept, on the evaluators started at the first need (once)."""
-        if not actors:
-            actors.extend(evaluators())
-        return _evaluate_all(actors, jobs, console, new_actor, reference=figures,
+        return _evaluate_all(started(), jobs, console, new_actor, reference=figures,
                              on_done=lambda label, result: _store(archive, run_id, label, jobs[label], result),
                              on_reference=lambda measured: _store_reference(archive, run_id, measured))
 
@@ -214,10 +223,24 @@ def _store_reference(archive, run_id: str, reference: dict) -> None:
     archive.write(run_id, events=[(REFERENCE_EVENT, {"figures": reference})])
 
 
-def heldout_programs(archive, run_id: str, domain) -> tuple[dict, dict]:
-    """The report's programs (label -> (program_id, code)): the baselines and the evolved best; and
-    label -> EvalResult of those whose held-out result the archive holds already."""
-    best = archive.best_program(run_id, "search")
+def _validated(archive, run_id: str, actors: list, new_actor, jobs: dict[str, str]) -> dict:
+    """`jobs` (program_id -> code) scored on the validation split on `actors` (a lost one replaced
+    there), each result stored as it arrives; program_id -> EvalResult."""
+    pool = _Pool(actors, new_actor, {pid: (pid, code) for pid, code in jobs.items()}, reference=False,
+                 split="validation")
+    results = {}
+    while pool.jobs or pool.running:
+        pid, result = pool.next_done()
+        if result is not None:
+            archive.record_evaluations([result], run_id)
+            results[pid] = result
+    actors[:] = pool.free
+    return results
+
+
+def heldout_programs(archive, run_id: str, domain, best: dict | None) -> tuple[dict, dict]:
+    """The report's programs (label -> (program_id, code)): the baselines and the evolved `best`
+    (`controller.crowning`); and label -> EvalResult of those whose held-out result the archive holds already."""
     programs = {f"baseline: {name}": (f"baseline-{name}-{run_id}", code) for name, code in domain.baselines().items()}
     if best:
         programs[EVOLVED] = (best["program_id"], best["code"])

@@ -42,7 +42,8 @@ def _path_keyed(domain) -> str:
 
     cls = get_domain_class(domain)
     dumped = cls.config_model.model_validate(domain.options).model_dump(mode="json")
-    dumped.pop("heldout_tune_trials")  # an option added since, which that code did not have
+    for added in ("heldout_tune_trials", "validation_periods"):  # options added since, which that code did not have
+        dumped.pop(added)
     return hashlib.sha256(json.dumps([cls.name, dumped, ""], sort_keys=True).encode()).hexdigest()[:12]
 
 

@@ -199,6 +199,7 @@ def test_the_report_turns_an_evaluator_killed_by_the_best_program_into_a_row(ray
     domain = get_domain("inventory", secrets=SECRETS, **TINY_INVENTORY)
     best = Candidate("best1", "r1", 0, 1, (), domain.seed_program + "\n" + KILL_MARK + "\n", "embedded:x", time.time())
     archive.record([(best, EvalResult("best1", "search", Status.OK, score=1.0))])
+    archive.record_evaluations([EvalResult("best1", "validation", Status.OK, score=1.0)], "r1")  # crowned as checked
     console = Console(record=True, width=200)
     actors = [killing_evaluator(config, secrets=SECRETS) for _ in range(2)]
     made = []

@@ -197,3 +197,51 @@ def test_a_report_stopped_after_the_reference_figures_keeps_them_for_the_next(ra
     out = console.export_text()
     assert "reference figures from the archive" in out and "measuring the domain's reference figures" not in out, out
     assert "1 of 2 programs already scored" in out, out
+
+
+def test_the_report_does_not_crown_a_best_that_runs_away_on_the_validation_split(ray_cluster, tmp_path):
+    """The best search score belongs to a policy that runs away from a high stock (it never meets one in
+    the search): the report checks it on the validation split, stores why it failed there, and passes it
+    over; the next program's validation timed out in the run, and `report --again` checks it once more
+    and crowns it; `atoll best` names that one too."""
+    from controller.actors import new_evaluator
+    from controller.config import validate
+    from controller.report import EVOLVED, heldout_report
+    from controller.terminal import SafeConsole
+    from evaluators.registry import get_domain
+    from evaluators.secrets import RunSecrets
+    from tests.controller.runs import atoll
+    from tests.evaluators.domains.test_inventory import GATED
+    from tests.tiny import TINY_INVENTORY
+
+    secrets = RunSecrets.fixed(7)
+    options = dict(TINY_INVENTORY, search_instances=[{"lead_time": 1, "penalty": 4, "demand": "poisson"}],
+                   heldout_instances=[{"lead_time": 2, "penalty": 9, "demand": "poisson"}], dp_max_lead=0)
+    config = validate({"run": {"max_evals": 4}, "domain": {"name": "inventory", "options": options},
+                       "evaluator": {"actors": 1}})
+    domain = get_domain(config.domain, secrets=secrets)
+    actors = [new_evaluator(config, secrets=secrets)]
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    try:
+        with DuckDBArchive(run_dir / "archive.duckdb") as archive:
+            archive.create_run("r1", config.model_dump(mode="json"), "")
+            for pid, code, score in (("seed", domain.seed_program, -1.0), ("runaway", GATED, -0.9)):
+                archive.record([(Candidate(pid, "r1", 0, 0, (), code, "seed" if pid == "seed" else "embedded:x",
+                                           time.time()), EvalResult(pid, "search", Status.OK, score=score))])
+            busy = EvalResult("seed", "validation", Status.TIMEOUT, error="wall-clock limit of 0.05 s exceeded")
+            archive.record_evaluations([busy], "r1")  # checked during the run, on a busy machine
+            console = SafeConsole(record=True, width=300, markup=False)
+            first = heldout_report(archive, "r1", domain, lambda: actors, console, None)
+            stored = archive.evaluation("runaway", "validation")
+            results = heldout_report(archive, "r1", domain, lambda: actors, console, None, again=True)
+    finally:
+        for actor in actors:
+            ray_cluster.kill(actor)
+    out = console.export_text()
+    assert EVOLVED not in first and "every program checked failed on the validation split" in out, out
+    assert stored["status"] == "INVALID" and "runs away" in stored["error"]
+    assert "[atoll] validation: program runaway is not crowned: INVALID: instance " in out, out
+    assert results[EVOLVED].program_id == "seed", out  # --again checked the timed-out seed once more
+    best = atoll(tmp_path, "best", run_dir)
+    assert best.returncode == 0 and best.stdout.startswith("best program seed: search score -1,"), best.stdout

@@ -17,8 +17,10 @@ replay the same trajectories, and the candidate's process lives through all of
 them: a program that recorded a round's demand would know every later round's
 future. So no score comes from data the program has met before: the fresh
 trajectories run once, as extra rows of the last tuning round (every trial that
-could still be the best), and only the best's rows count. The validation split does the same on
-trajectories of the validation secret. The held-out split re-tunes on other
+could still be the best), and only the best's rows count. The validation split tunes the same way
+on trajectories of the validation secret and measures on fresh ones in a pass of its own, each
+starting with a high stock, so a policy that runs away from a state its tuning never reached fails
+there, on the run's own data. The held-out split re-tunes on other
 instances (on tuning trajectories of the held-out secret) and measures on fresh
 trajectories with a longer horizon.
 """
@@ -36,10 +38,15 @@ from evaluators.domains.inventory.history import DemandHistory, bootstrap
 from evaluators.domains.inventory.programs import BASELINES, MOTIFS, SEED_PROGRAM
 from evaluators.domains.inventory.simulation import (Block, Simulator, Tuned, Tuner, base_stock_policy,
                                                      demand_matrix)
-from evaluators._base import Domain, Outcome, PolicyFn, check_split
+from evaluators._base import CandidateError, Domain, Outcome, PolicyFn, check_split
 from evaluators.params import ParamSpec
 from evaluators.userdata import distinct, hidden
-from store.records import EvalResult
+from store.records import EvalResult, Status
+
+# An instance whose validation cost is this many times optimized base-stock's has run away
+# (`Inventory._check_stable`): tuned programs come within a few percent of it, and a policy whose
+# stock climbed without end over 2,000 periods cost 58 to 1,000 times as much on such trajectories.
+RUNAWAY = 2.0
 
 
 class InstanceSpec(BaseModel):
@@ -81,7 +88,9 @@ class InventoryConfig(BaseModel):
     validation_instances: Annotated[list[InstanceSpec], AfterValidator(distinct)] | None = Field(
         None, description="Instances of the validation split (scored like the search split, on demand drawn from "
                           "the run's validation secret); None: the search instances, on fresh demand.")
-    search_periods: int = Field(250, ge=10, le=100_000, description="Measured periods per search (and validation) trajectory (after warm-up); also the tuning horizon of held-out instances.")
+    search_periods: int = Field(250, ge=10, le=100_000, description="Measured periods per search trajectory (after warm-up); also the tuning horizon of validation and held-out instances.")
+    validation_periods: int | None = Field(None, ge=10, le=1_000_000, description="Measured periods per fresh validation trajectory (after warm-up); None: search_periods. The validation's start with max_order units on hand shows a policy that never works off a high stock at any horizon; heldout_periods would also show one that changes course after the search's horizon, at several times a validation's cost.",
+                                           json_schema_extra={"fingerprint": False})  # no search score depends on it
     heldout_periods: int = Field(2000, ge=10, le=1_000_000, description="Measured periods per held-out trajectory (after warm-up).")
     warmup: int = Field(200, ge=0, le=100_000, description="Periods simulated before costs are counted, from an empty system.")
     search_trajectories: int = Field(8, ge=1, le=1000, description="Demand trajectories per instance for tuning, and as many fresh ones for the search score (also the tuning data of held-out instances).")
@@ -197,7 +206,16 @@ class Inventory(Domain):
         cfg = self.config
         rows = cfg.validation_trajectories if split == "validation" else cfg.search_trajectories
         rng = self.secrets.generator(split, "demand", "measure", spec.key)
-        return self._draw(spec, rng, rows, cfg.warmup + cfg.search_periods)
+        return self._draw(spec, rng, rows, cfg.warmup + self.measured_periods(split))
+
+    def measured_periods(self, split: str) -> int:
+        """Measured periods of `split`'s fresh trajectories (validation's: `validation_periods`, else the search's)."""
+        cfg = self.config
+        if split == "heldout":
+            return cfg.heldout_periods
+        if split == "validation":
+            return cfg.validation_periods or cfg.search_periods
+        return cfg.search_periods
 
     def tuner_seed(self, spec: InstanceSpec, split: str) -> int:
         return self.secrets.seed(split, "tuner", spec.key, bits=32)
@@ -214,29 +232,55 @@ class Inventory(Domain):
 
     def evaluate(self, policy: PolicyFn, params: dict[str, ParamSpec], split: str) -> Outcome:
         """Tune PARAMS on the tuning trajectories (when there are any), then measure on fresh ones: on
-        search and validation within the last tuning round's pass, on held-out (longer) in a pass of its own."""
+        search within the last tuning round's pass, on validation and held-out (longer) in a pass of its own;
+        a validation result that shows the policy running away is INVALID (`_check_stable`)."""
         specs, trials = self.instances(check_split(split)), self.tune_trials(split)
         if not params:
             tuned = [Tuned({}, None)] * len(specs)
         else:
             tuning = [self.tuning_demand(s, split) for s in specs]
-            fresh = None if split == "heldout" else [self.measure_demand(s, split) for s in specs]
+            fresh = [self.measure_demand(s, split) for s in specs] if split == "search" else None
             tuned = self.tuner.tune(policy, params, specs, tuning, [self.tuner_seed(s, split) for s in specs],
                                     trials, fresh)
-        # held-out, no PARAMS, or a best whose orders left the range on the fresh data (this pass then says so)
+        # validation, held-out, no PARAMS, or a best whose orders left the range on the fresh data (this pass
+        # then says so)
         pending = [i for i, t in enumerate(tuned) if t.measured is None]
         runs = self._measure(policy, [specs[i] for i in pending], [tuned[i].values for i in pending], split)
         measured = dict(zip(pending, runs))
         tuned = [Tuned(t.values, measured.get(i, t.measured), t.out_of_range) for i, t in enumerate(tuned)]
-        return self._outcome(specs, tuned, params, self.base_stock(split), trials)
+        base = self.base_stock(split)
+        if split == "validation":
+            self._check_stable(specs, tuned, base)
+        return self._outcome(specs, tuned, params, base, trials)
+
+    def _check_stable(self, specs, tuned: list[Tuned], base: list[dict]) -> None:
+        """INVALID when an instance's validation cost is RUNAWAY times optimized base-stock's on the same
+        trajectories: a tuned policy that far behind on data like its tuning's has run away from the
+        validation's disturbed start or over its horizon (stock piling up, or orders stopping), which the search's
+        trajectories, short and from an empty system, cannot show."""
+        for spec, t, b in zip(specs, tuned, base):
+            ratio = float(t.stats.cost.mean() / b["costs"].mean())
+            if ratio > RUNAWAY:
+                raise CandidateError(Status.INVALID, (
+                    f"instance {spec.key}: on the validation split's {len(t.stats.cost)} fresh trajectories of "
+                    f"{self.measured_periods('validation')} periods, starting with {self.config.max_order} units on "
+                    f"hand, the tuned policy cost {ratio:.3g} times optimized base-stock's (more than {RUNAWAY:g}): it "
+                    "runs away over long horizons or from a high stock (stock or orders diverging)"))
 
     def _measure(self, policy: PolicyFn, specs: list[InstanceSpec], values: list[dict], split: str) -> list:
         """Each instance's parameter `values` on its fresh trajectories of `split`, in a single pass."""
         if not specs:
             return []
         demands = [self.measure_demand(s, split) for s in specs]
-        blocks = [Block(s, d, self._fixed(v, len(d))) for s, d, v in zip(specs, demands, values)]
+        blocks = [Block(s, d, self._fixed(v, len(d)), self.start_stock(s, split)) for s, d, v in zip(specs, demands, values)]
         return self.simulator.run(policy, blocks, self.config.warmup)
+
+    def start_stock(self, spec: InstanceSpec, split: str) -> int:
+        """Stock on hand before a measured trajectory's first period: none (an empty system), but on the
+        validation split a disturbance, the largest order (`max_order`) on hand. A stable policy works it
+        off within the warm-up, whose costs do not count; one with a state it never leaves (ordering more
+        than the demand once the stock is high) is seen there, however rarely its tuning data reached it."""
+        return self.config.max_order if split == "validation" else 0
 
     def tune_trials(self, split: str) -> int:
         """Optuna trials per instance of `split`."""

@@ -41,6 +41,7 @@ class Block:
     spec: InstanceSpec
     demand: np.ndarray  # (rows, warmup + periods), the trajectories tiled over trials
     params: dict[str, np.ndarray]  # name -> (rows,)
+    start: int = 0  # stock on hand before the first period (the validation split's disturbed start)
 
 
 def demand_matrix(spec: InstanceSpec, mean: float, rng: np.random.Generator, trajectories: int,
@@ -91,7 +92,7 @@ class _Rows:
         m, lead = len(block.demand), block.spec.lead_time
         self.block, self.lead = block, lead
         self.demand = np.ascontiguousarray(block.demand.T)  # (horizon, m)
-        self.on_hand = np.zeros(m, np.int64)
+        self.on_hand = np.full(m, block.start, np.int64)
         self.orders = np.zeros((horizon + lead, m), np.int64)
         self.left = np.zeros((horizon, m), np.int64)  # stock left after demand
         self.lost = np.zeros((horizon, m), np.int64)

@@ -296,3 +296,43 @@ def test_an_instance_listed_twice_is_refused_not_counted_twice():
     for field in ("search_instances", "validation_instances", "heldout_instances"):
         with pytest.raises(ValueError, match=rf"{field}\n.*'poisson-L2-p9' is listed twice"):
             get_domain("inventory", **{field: twice})
+
+
+# The seed's base-stock while the stock is below 90 (it never reaches it from an empty system: the
+# level is 80 at most), else one unit over the mean demand every period: from a high stock it never
+# comes back.
+GATED = """import numpy as np
+PARAMS = {"level": (15.0, 0.0, 80.0)}
+def policy(state, params):
+    position = state["on_hand"] + state["pipeline"].sum(axis=1)
+    steady = np.full(position.shape, state["mean_demand"] + 1)
+    return np.where(state["on_hand"] < 90, np.maximum(params["level"] - position, 0), steady)
+"""
+# The seed's base-stock for the search's horizon (warm-up 20 + 60 periods), then twice the mean demand
+# (from the disturbed start too: its on-hand stock would fall to the level, then climb).
+LATE = """import numpy as np
+PARAMS = {"level": (15.0, 0.0, 80.0)}
+def policy(state, params):
+    position = state["on_hand"] + state["pipeline"].sum(axis=1)
+    if state["period"] >= 90:
+        return np.full(position.shape, 2 * state["mean_demand"])
+    return np.maximum(params["level"] - position, 0)
+"""
+
+
+@pytest.mark.parametrize("code, options", [(GATED, {}), (LATE, {"validation_periods": 100})],
+                         ids=["runs-away-from-a-high-stock", "runs-away-after-the-horizon"])
+def test_a_policy_that_runs_away_past_the_search_horizon_is_invalid_on_the_validation_split(code, options):
+    """Scored like base-stock on the search split, whose trajectories are short and start empty; the
+    validation split measures from a start with max_order on hand (and, with validation_periods, over a
+    longer horizon), and says why it fails there (the report then does not crown it, `controller.crowning`)."""
+    evaluator = Evaluator("inventory", dict(TINY, **options), SandboxConfig(wall_s=60), secrets=RunSecrets.fixed(5))
+    seed = evaluator.domain.seed_program
+    search = evaluator.evaluate("runaway", code, "search")
+    assert search.status == Status.OK and search.score == evaluator.evaluate("seed", seed, "search").score
+    validation = evaluator.evaluate("runaway", code, "validation")
+    assert validation.status == Status.INVALID, validation
+    periods = options.get("validation_periods", TINY["search_periods"])
+    assert f"of {periods} periods, starting with 100 units on hand, the tuned policy cost" in validation.error
+    assert "runs away" in validation.error
+    assert evaluator.evaluate("seed", seed, "validation").status == Status.OK
