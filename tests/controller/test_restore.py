@@ -49,17 +49,21 @@ def test_a_ctrl_c_between_the_restores_renames_waits_until_the_backup_is_the_arc
     assert len(kept) == 1 and _programs(kept[0]) == 3 and not list(tmp_path.glob(".archive.duckdb.*"))
 
 
+def _killed_writer(path, commits: str) -> None:
+    """A driver of `path` (as `a`) that checkpoints a run r1, makes `commits` (Python), and dies with
+    them in its log only (os._exit: no close, no fold)."""
+    writer = ("import os, sys\nfrom store.duckdb_archive import DuckDBArchive\n"
+              "a = DuckDBArchive(sys.argv[1])\n"
+              f"a.create_run('r1', {{}}); a.con.execute('CHECKPOINT')\n{commits}\nos._exit(0)\n")
+    subprocess.run([sys.executable, "-c", writer, str(path)], check=True,
+                   cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+
+
 def test_a_killed_writers_log_goes_with_the_archive_it_replaces_and_never_onto_the_backup(tmp_path):
     """A driver killed with commits in its log (archive.duckdb.wal): the restored archive opens with none
     of them, and the replaced file, with its log beside it, still holds them."""
     _archive(tmp_path / "archive.backup.duckdb", "r1", 2)
-    writer = ("import os, sys\nfrom store.duckdb_archive import DuckDBArchive\n"
-              "a = DuckDBArchive(sys.argv[1])\n"
-              "a.create_run('r1', {}); a.con.execute('CHECKPOINT')\n"
-              "a.con.execute(\"INSERT INTO events VALUES ('r1', 0, 'x', '{}')\")\n"
-              "os._exit(0)\n")
-    subprocess.run([sys.executable, "-c", writer, str(tmp_path / "archive.duckdb")], check=True,
-                   cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    _killed_writer(tmp_path / "archive.duckdb", "a.con.execute(\"INSERT INTO events VALUES ('r1', 0, 'x', '{}')\")")
     assert (tmp_path / "archive.duckdb.wal").exists()
     backup.restore(tmp_path)
     assert _programs(tmp_path / "archive.duckdb") == 2 and not (tmp_path / "archive.duckdb.wal").exists()
@@ -92,15 +96,9 @@ def test_a_copied_runs_archive_given_as_the_backup_brings_the_commits_of_its_log
     the resumed run lacked every commit since the last fold of the log (up to 256 MB of them)."""
     lost = tmp_path / "lost"
     lost.mkdir()
-    writer = ("import os, sys, time\nfrom store.duckdb_archive import DuckDBArchive\n"
-              "from store.records import Candidate, EvalResult, Status\n"
-              "a = DuckDBArchive(sys.argv[1])\n"
-              "a.create_run('r1', {}); a.con.execute('CHECKPOINT')\n"
-              "a.record([(Candidate(f'p{i}', 'r1', 0, 1, (), 'x = 1', 'seed', time.time()),\n"
-              "           EvalResult(f'p{i}', 'search', Status.OK, score=-1.0)) for i in range(5)])\n"
-              "os._exit(0)\n")
-    subprocess.run([sys.executable, "-c", writer, str(lost / "archive.duckdb")], check=True,
-                   cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    _killed_writer(lost / "archive.duckdb", "import time\nfrom store.records import Candidate, EvalResult, Status\n"
+                   "a.record([(Candidate(f'p{i}', 'r1', 0, 1, (), 'x = 1', 'seed', time.time()),\n"
+                   "           EvalResult(f'p{i}', 'search', Status.OK, score=-1.0)) for i in range(5)])")
     log = lost / "archive.duckdb.wal"
     assert log.exists()
     before = (lost / "archive.duckdb").read_bytes(), log.read_bytes()
