@@ -64,19 +64,33 @@ def load_module(source: str, path: str | None) -> types.ModuleType:
     sys.modules[name] = module
     try:
         exec(compile(source, label, "exec"), module.__dict__)
-    except Exception as exc:  # noqa: BLE001  whatever the user's file raises is bad input
+    except (Exception, SystemExit) as exc:  # noqa: BLE001  whatever the user's file raises is bad input
         del sys.modules[name]
         raise _error(f"domain.path: {label} failed to load: {_describe(exc, label)}") from None
     return module
 
 
-def _describe(exc: Exception, label: str) -> str:
+def _describe(exc: BaseException, label: str) -> str:
     """`Type: message (line N)`, N the deepest line of the file itself in the traceback."""
     if isinstance(exc, SyntaxError):
         return f"SyntaxError: {exc.msg} (line {exc.lineno})"
     lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__) if f.filename == label]
     where = f" (line {lines[-1]})" if lines else ""
-    return f"{type(exc).__name__}: {exc}{where}"
+    if isinstance(exc, SystemExit):
+        return f"SystemExit({exc.code!r}): the file exits as it is imported{where}"
+    return f"{type(exc).__name__}: {one_line(exc)}{where}"
+
+
+def one_line(exc: BaseException) -> str:
+    """`exc`'s message on one line: a pydantic error's first error (`Model.key: what`), else its lines
+    joined, so a message that spans lines (pydantic's, a user's own) stays the one line an error prints."""
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError) and exc.errors():
+        first, more = exc.errors()[0], len(exc.errors()) - 1
+        where = ".".join([exc.title, *(str(part) for part in first["loc"])])
+        return f"{where}: {first['msg']}" + (f" (and {more} more)" if more else "")
+    return " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
 
 
 def domain_class(source: str | None, path: str | None, name: str | None) -> type[Domain]:

@@ -82,18 +82,20 @@ def test_check_says_what_to_fix_when_the_data_ignores_the_secrets(tmp_path):
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
-    """A folder holding two installed domain packages (pip --target): a good one and one that fails to import."""
+    """A folder holding installed domain packages (pip --target): a good one and two that fail to import."""
     source, target = tmp_path_factory.mktemp("plugins"), tmp_path_factory.mktemp("site")
     for package, text in (("shelf_pricing", files_for("shelfprice", source)[source / "shelfprice.py"]),
-                          ("broken_domain", "import not_a_real_module\n")):
+                          ("broken_domain", "import not_a_real_module\n"),
+                          ("noisy_domain", 'raise ValueError("no prices:\\n  run make_prices first")\n')):
         (source / package).mkdir()
         (source / package / "__init__.py").write_text("")
         (source / package / "domain.py").write_text(text)
     (source / "pyproject.toml").write_text(
         '[build-system]\nrequires = ["setuptools>=68"]\nbuild-backend = "setuptools.build_meta"\n\n'
         '[project]\nname = "shelf-pricing"\nversion = "0.1"\n\n[tool.setuptools]\n'
-        'packages = ["shelf_pricing", "broken_domain"]\n\n[project.entry-points."atoll.domains"]\n'
-        'shelfprice = "shelf_pricing.domain:Shelfprice"\nbroken = "broken_domain.domain:Broken"\n')
+        'packages = ["shelf_pricing", "broken_domain", "noisy_domain"]\n\n'
+        '[project.entry-points."atoll.domains"]\nshelfprice = "shelf_pricing.domain:Shelfprice"\n'
+        'broken = "broken_domain.domain:Broken"\nnoisy = "noisy_domain.domain:Noisy"\n')
     pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
                           "--target", str(target), str(source)], capture_output=True, text=True, timeout=300)
     assert pip.returncode == 0, pip.stderr
@@ -116,11 +118,15 @@ def _one_line_exit_2(proc, needle):
     assert proc.stderr.count("\n") == 1 and needle in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
-def test_an_entry_point_that_fails_to_import_is_one_line(installed, tmp_path):
-    (tmp_path / "c.toml").write_text('[domain]\nname = "broken"\n')
+@pytest.mark.parametrize("name, needle", [
+    ("broken", ("domain 'broken' (entry point broken = broken_domain.domain:Broken of package shelf-pricing) "
+                "failed to import: ModuleNotFoundError: No module named 'not_a_real_module'")),
+    ("noisy", "failed to import: ValueError: no prices: run make_prices first"),  # a message of two lines
+])
+def test_an_entry_point_that_fails_to_import_is_one_line(installed, tmp_path, name, needle):
+    (tmp_path / "c.toml").write_text(f'[domain]\nname = "{name}"\n')
     proc = atoll("check", "c.toml", cwd=tmp_path, path=[installed], check=False)
-    _one_line_exit_2(proc, "domain 'broken' (entry point broken = broken_domain.domain:Broken of package "
-                           "shelf-pricing) failed to import: ModuleNotFoundError: No module named 'not_a_real_module'")
+    _one_line_exit_2(proc, needle)
 
 
 @pytest.mark.parametrize("command, files, needle", [

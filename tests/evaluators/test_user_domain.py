@@ -158,6 +158,12 @@ def test_a_simulator_that_catches_every_error_cannot_hide_a_bad_action(tmp_path)
     ("import numpy\n\nx = undefined_name\n", "failed to load: NameError: name 'undefined_name' is not defined "
                                             "(line 3)"),
     (REACH.replace("    def simulate(", "    def simulate_(", 1), "defines Reach but it lacks simulate"),
+    ("from pydantic import BaseModel\n\n\nclass M(BaseModel):\n    x: int\n\n\nM(x='abc')\n",
+     ("failed to load: ValidationError: M.x: Input should be a valid integer, unable to parse string as an "
+      "integer (line 8)")),
+    ('raise ValueError("the table is empty:\\n    add a row")\n',
+     "failed to load: ValueError: the table is empty: add a row (line 1)"),
+    ("import sys\n\nsys.exit(3)\n", "failed to load: SystemExit(3): the file exits as it is imported (line 3)"),
     (REACH + "\n\nclass Other(Reach):\n    name = 'other'\n", "defines several domains (other, reach); choose"),
 ])
 def test_a_file_that_defines_no_usable_domain_is_one_clear_line(tmp_path, text, needle):
