@@ -108,8 +108,19 @@ def domain_class(source: str | None, path: str | None, name: str | None) -> type
         return _checked(ready[0], label)
     if not ready:
         raise _error(f"domain.path: {label} {_missing(defined, name)}")
-    names = ", ".join(sorted(str(getattr(cls, "name", cls.__name__)) for cls in ready))
-    raise _error(f"domain.path: {label} defines several domains ({names}); choose one with domain.name")
+    raise _error(f"domain.path: {label} {_several(ready)}")
+
+
+def _several(ready: list[type]) -> str:
+    """Why several domain classes cannot be told apart: by name, or not even by name (a subclass that kept
+    its parent's `name`, where domain.name cannot choose)."""
+    names = [str(getattr(cls, "name", cls.__name__)) for cls in ready]
+    twice = sorted(n for n in set(names) if names.count(n) > 1)
+    if twice:
+        classes = ", ".join(cls.__name__ for cls, n in zip(ready, names) if n == twice[0])
+        return (f"defines several domains named {twice[0]!r} ({classes}): give each class its own `name`, "
+                "then choose one with domain.name")
+    return f"defines several domains ({', '.join(sorted(names))}); choose one with domain.name"
 
 
 def _missing(defined: list[type], name: str | None) -> str:

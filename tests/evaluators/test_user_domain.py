@@ -165,6 +165,8 @@ def test_a_simulator_that_catches_every_error_cannot_hide_a_bad_action(tmp_path)
      "failed to load: ValueError: the table is empty: add a row (line 1)"),
     ("import sys\n\nsys.exit(3)\n", "failed to load: SystemExit(3): the file exits as it is imported (line 3)"),
     (REACH + "\n\nclass Other(Reach):\n    name = 'other'\n", "defines several domains (other, reach); choose"),
+    (REACH + "\n\nclass Longer(Reach):\n    horizon = 40\n",  # kept its parent's name: domain.name cannot choose
+     "defines several domains named 'reach' (Reach, Longer): give each class its own `name`, then choose one"),
 ])
 def test_a_file_that_defines_no_usable_domain_is_one_clear_line(tmp_path, text, needle):
     with pytest.raises(ConfigError) as caught:
@@ -178,6 +180,8 @@ def test_a_file_with_several_domains_picks_one_by_name(tmp_path):
     assert get_domain_class(_config(tmp_path, text, 'name = "other"\n')).name == "other"
     with pytest.raises(ConfigError, match="defines no domain named 'nope'"):
         _config(tmp_path, text, 'name = "nope"\n')
+    with pytest.raises(ConfigError, match="several domains named 'reach' \\(Reach, Longer\\)"):
+        _config(tmp_path, REACH + "\n\nclass Longer(Reach):\n    horizon = 40\n", 'name = "reach"\n')
 
 
 @pytest.mark.parametrize("toml, needle", [
