@@ -51,7 +51,13 @@ def test_scaffold_then_check_run_query_and_resume_from_the_archive_alone(tmp_pat
     assert "held-out split (pricing)" in run.stdout and "baseline: scarcity pricing" in run.stdout
     total, ok = _search_counts(tmp_path / "runs/p")
     assert total == 8 and ok >= 1
-    (tmp_path / "pricing" / "pricing.py").rename(tmp_path / "moved.py")  # a resume reads the archive's copy
+    domain = tmp_path / "pricing" / "pricing.py"
+    domain.write_text(domain.read_text().replace("revenue[j] += prices[j]", "revenue[j] += 2 * prices[j]"))
+    report = atoll("report", "runs/p", cwd=tmp_path)  # scored already: from the archive, the run's own copy
+    assert "evolved best" in report.stdout
+    assert f"domain.path: {domain} has changed since the run began; this run keeps the copy it stored" \
+        in " ".join(report.stderr.split()), report.stderr
+    domain.rename(tmp_path / "moved.py")  # a resume reads the archive's copy
     _, rows, _ = run_query(tmp_path / "runs/p", "SELECT config FROM runs")
     stored = validate(json.loads(rows[0][0]))
     assert "class Pricing(SimpleDomain)" in stored.domain.source
