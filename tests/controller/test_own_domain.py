@@ -152,6 +152,9 @@ def test_an_entry_point_that_fails_to_import_is_one_line(installed, tmp_path, na
     (["check", "pricing/pricing.toml", "--set", "domain.options.min_load=1.5"], "scaffold",
      "domain.options: min_load 1.5 is above max_load 0.9"),
     (["new-domain", "Bad-Name"], {}, "domain name 'Bad-Name': use lowercase letters"),
+    (["new-domain", "numpy"], {}, "domain name 'numpy' is also the name of an installed module"),
+    (["new-domain", "secrets"], {}, ("domain name 'secrets' is also the name of a module of Python's standard "
+                                     "library: the example's secrets.py would hide it from its own tests")),
     (["new-domain", "pricing"], "scaffold", "pricing/pricing.py already exists"),
 ])
 def test_bad_input_is_one_clear_line_and_exit_2(tmp_path, command, files, needle):
@@ -161,6 +164,16 @@ def test_bad_input_is_one_clear_line_and_exit_2(tmp_path, command, files, needle
         for name, text in files.items():
             (tmp_path / name).write_text(text)
     _one_line_exit_2(atoll(*command, cwd=tmp_path, check=False), needle)
+
+
+def test_new_domain_takes_a_name_only_the_current_folder_holds(tmp_path, monkeypatch):
+    """A name is refused for an importable module (its tests would import the example instead), not for
+    a file or folder of the user's in the current folder."""
+    (tmp_path / "shelf.py").write_text("")
+    (tmp_path / "rooms").mkdir()
+    monkeypatch.chdir(tmp_path)
+    for name in ("shelf", "rooms"):
+        assert Path("out", f"{name}.py") in files_for(name, Path("out"))
 
 
 YARDSTICK = r'''from evaluators.simple import SimpleDomain
