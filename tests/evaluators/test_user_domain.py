@@ -184,6 +184,15 @@ def test_a_file_with_several_domains_picks_one_by_name(tmp_path):
         _config(tmp_path, REACH + "\n\nclass Longer(Reach):\n    horizon = 40\n", 'name = "reach"\n')
 
 
+def test_a_domain_whose_evaluate_returns_no_outcome_says_so(tmp_path):
+    """A `Domain` written by hand that returns its score alone (a float) is told what to return."""
+    text = REACH + ("\n\nclass Bare(Reach):\n    name = 'bare'\n\n"
+                    "    def evaluate(self, policy, params, split, race=None):\n        return 0.5\n")
+    domain = _config(tmp_path, text, 'name = "bare"\n')
+    with pytest.raises(TypeError, match=r"^Bare.evaluate returned float, not an Outcome \(evaluators._base"):
+        _evaluate(domain, "def act(state, params):\n    return 0.0\n")
+
+
 @pytest.mark.parametrize("toml, needle", [
     ('[domain]\npath = "absent.py"\n', "absent.py does not exist"),
     ('[domain]\npath = "reach.py"\n[domain.options]\ntune_trials = 0\n',
