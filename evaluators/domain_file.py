@@ -78,7 +78,17 @@ def _describe(exc: BaseException, label: str) -> str:
     where = f" (line {lines[-1]})" if lines else ""
     if isinstance(exc, SystemExit):
         return f"SystemExit({exc.code!r}): the file exits as it is imported{where}"
-    return f"{type(exc).__name__}: {one_line(exc)}{where}"
+    return f"{type(exc).__name__}: {one_line(exc)}{where}{_beside(exc, label)}"
+
+
+def _beside(exc: BaseException, label: str) -> str:
+    """Why a module that lies beside the file is not found: a domain file is loaded from its text alone."""
+    top = (getattr(exc, "name", None) or "").split(".")[0] if isinstance(exc, ModuleNotFoundError) else ""
+    folder = Path(label).parent
+    if not top or not ((folder / f"{top}.py").is_file() or (folder / top).is_dir()):
+        return ""
+    return (f"; {top} lies beside the file, but a domain file is one self-contained module (its text travels "
+            "with the run): put that code in the file, or make the domain an installed package")
 
 
 def one_line(exc: BaseException) -> str:

@@ -175,6 +175,15 @@ def test_a_file_that_defines_no_usable_domain_is_one_clear_line(tmp_path, text, 
     assert str(caught.value).startswith("domain.path: ")
 
 
+def test_a_module_beside_the_file_is_not_importable_and_the_error_says_why(tmp_path):
+    (tmp_path / "helpers.py").write_text("GAIN = 0.3\n")
+    with pytest.raises(ConfigError) as caught:
+        _config(tmp_path, "import helpers\n" + REACH)
+    assert str(caught.value).endswith("No module named 'helpers' (line 1); helpers lies beside the file, but a "
+                                      "domain file is one self-contained module (its text travels with the run): "
+                                      "put that code in the file, or make the domain an installed package")
+
+
 def test_a_file_with_several_domains_picks_one_by_name(tmp_path):
     text = REACH + "\n\nclass Other(Reach):\n    name = 'other'\n"
     assert get_domain_class(_config(tmp_path, text, 'name = "other"\n')).name == "other"
