@@ -10,7 +10,7 @@ from pathlib import Path
 from controller import rundir
 from controller.cli import UserError
 from controller.config import load_config
-from controller.resume_config import DataMissing, resumed_config
+from controller.resume_config import DataMissing, edited_domain_file, resumed_config
 from controller.memory_commands import cmd_runs, cmd_skills, library_query  # noqa: F401  (the library's commands)
 from controller.domain_commands import cmd_check, cmd_new_domain  # noqa: F401  (the CLI finds commands here)
 from controller.control_commands import cmd_continue, cmd_pause, cmd_set, cmd_stop, cmd_watch  # noqa: F401
@@ -81,6 +81,12 @@ def _say_if_replayable(replay_seed: int | None) -> None:
         console.print(replay_note(replay_seed), style="bold yellow", soft_wrap=True)
 
 
+def _say_if_edited(config, done: int) -> None:
+    note = edited_domain_file(config, done)
+    if note:
+        print(f"atoll: {note}", file=sys.stderr, flush=True)
+
+
 def _stored_secrets(archive, run_id: str, run_dir: Path):
     """The run's secrets from its archive; a run without them cannot be continued comparably."""
     from evaluators.secrets import RunSecrets
@@ -110,6 +116,7 @@ def cmd_resume(args) -> int:
         done = archive.count_evaluations(run_id, "search")
         changes = list(getattr(args, "set", None) or ())  # e.g. a resume that adds or drops an LLM model
         config, moved = resumed_config(run["config"], changes, done)
+        _say_if_edited(config, done)
         _models_checked(config)
         _backup_dir_checked(config)
         if source is not None:
@@ -403,6 +410,7 @@ def _report_on(archive, run_dir: Path, args, unwritable: rundir.NotWritable | No
     except DataMissing as exc:
         raise UserError(f"{exc}, given to atoll resume {run_dir} (it keeps the new path; then atoll report "
                         f"{run_dir})") from None
+    _say_if_edited(config, done)
     secrets = _stored_secrets(archive, run_id, run_dir)
     domain = get_domain(config.domain, secrets=secrets)
     if unwritable is not None:

@@ -47,6 +47,22 @@ def resumed_config(stored: dict, overrides: list[str], done: int) -> tuple[Atoll
                  f"sha256 {old.domain.options[name]['sha256'][:12]}...)" for name, (was, path) in moves.items()]
 
 
+def edited_domain_file(config: AtollConfig, scored: int) -> str | None:
+    """A line for a run whose domain file (`domain.path`) now holds other text than the copy the run stored:
+    the run keeps its copy, which a resume and a report load silently otherwise, so a user who fixed the
+    file would think the fix took part."""
+    path, source = config.domain.path, config.domain.source
+    if not path or source is None:
+        return None
+    try:
+        if Path(path).read_text() == source:
+            return None
+    except (OSError, UnicodeDecodeError):
+        return None  # moved or gone: the stored copy is all there is, as documented
+    return (f"domain.path: {path} has changed since the run began; this run keeps the copy it stored (its "
+            f"{scored} search scores were measured with it); a new run takes the edited file (atoll run CONFIG)")
+
+
 def repoints_data(key: list[str]) -> bool:
     """Whether a `--set` key names a data option's path (`domain.options.NAME.path`), which a resume takes
     when it points at the same content (`atoll submit --resume` leaves that to the job's resume)."""

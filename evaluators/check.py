@@ -16,6 +16,12 @@ from pathlib import Path
 
 from evaluators._base import SPLITS
 from evaluators.evaluator import Evaluator
+from evaluators.params import (
+    ParamSpec,
+    ProgramFormatError,
+    read_params,
+    write_param_specs,
+)
 from evaluators.registry import DomainConfig, domain_folders
 from evaluators.sandbox.config import SandboxConfig
 from evaluators.secrets import RunSecrets
@@ -100,6 +106,18 @@ def _same_start(a: EvalResult, b: EvalResult) -> bool:
     """Whether two splits' per-instance scores agree on every instance both have (one seed for both)."""
     n = min(len(a.instance_scores), len(b.instance_scores))
     return n > 0 and a.instance_scores[:n] == b.instance_scores[:n]
+
+
+def _untuned(code: str) -> str:
+    """`code` with each PARAMS range narrowed to its default, so tuning has nothing to choose and the score
+    depends on the data alone; `code` itself when it has no PARAMS (or malformed ones: its result says so)."""
+    try:
+        specs = read_params(code)
+    except ProgramFormatError:
+        return code
+    if not specs:
+        return code
+    return write_param_specs(code, {n: ParamSpec(n, s.default, s.default, s.default) for n, s in specs.items()})
 
 
 def _scored(result: EvalResult) -> str:
@@ -198,17 +216,21 @@ class Checker:
                                   "global state, the clock or a set's order")
 
     def depends_on_secrets(self) -> Check:
+        """The seed at its PARAMS' defaults under two secrets: the tuner's seed derives from the secrets too,
+        so a tuned seed scored differently on public data (other parameters won) and passed."""
         name = "the data comes from the run's secrets"
-        first = self._seed_on("search")
-        other = self._evaluate(self._evaluator(_OTHER_SECRETS), "check-seed-other", self.domain.seed_program,
-                               "search")
+        fixed = _untuned(self.domain.seed_program)
+        first = self._seed_on("search") if fixed == self.domain.seed_program else \
+            self._evaluate(self.evaluator, "check-seed-fixed", fixed, "search")
+        other = self._evaluate(self._evaluator(_OTHER_SECRETS), "check-seed-other", fixed, "search")
         if first.status != Status.OK or other.status != Status.OK:
             return Check(name, False, f"not measured: the seed program scored {_scored(first)} and {_scored(other)}")
         if first.instance_scores == other.instance_scores:
             return Check(name, False, "the same per-instance scores under other secrets: the data is public, so a "
                                       "candidate could rebuild it; draw it from the rng that instances() receives "
                                       "(or from domain.secrets)")
-        return Check(name, True, f"search score {first.score:.6g}, and {other.score:.6g} under other secrets")
+        at = " at its PARAMS' defaults" if fixed != self.domain.seed_program else ""
+        return Check(name, True, f"search score{at} {first.score:.6g}, and {other.score:.6g} under other secrets")
 
     def _bad(self, name: str, code: str, expected: tuple[Status, ...], needle: str = "") -> Check:
         result = self._evaluate(self.evaluator, "check-bad", code, "search")

@@ -64,19 +64,43 @@ def load_module(source: str, path: str | None) -> types.ModuleType:
     sys.modules[name] = module
     try:
         exec(compile(source, label, "exec"), module.__dict__)
-    except Exception as exc:  # noqa: BLE001  whatever the user's file raises is bad input
+    except (Exception, SystemExit) as exc:  # noqa: BLE001  whatever the user's file raises is bad input
         del sys.modules[name]
         raise _error(f"domain.path: {label} failed to load: {_describe(exc, label)}") from None
     return module
 
 
-def _describe(exc: Exception, label: str) -> str:
+def _describe(exc: BaseException, label: str) -> str:
     """`Type: message (line N)`, N the deepest line of the file itself in the traceback."""
     if isinstance(exc, SyntaxError):
         return f"SyntaxError: {exc.msg} (line {exc.lineno})"
     lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__) if f.filename == label]
     where = f" (line {lines[-1]})" if lines else ""
-    return f"{type(exc).__name__}: {exc}{where}"
+    if isinstance(exc, SystemExit):
+        return f"SystemExit({exc.code!r}): the file exits as it is imported{where}"
+    return f"{type(exc).__name__}: {one_line(exc)}{where}{_beside(exc, label)}"
+
+
+def _beside(exc: BaseException, label: str) -> str:
+    """Why a module that lies beside the file is not found: a domain file is loaded from its text alone."""
+    top = (getattr(exc, "name", None) or "").split(".")[0] if isinstance(exc, ModuleNotFoundError) else ""
+    folder = Path(label).parent
+    if not top or not ((folder / f"{top}.py").is_file() or (folder / top).is_dir()):
+        return ""
+    return (f"; {top} lies beside the file, but a domain file is one self-contained module (its text travels "
+            "with the run): put that code in the file, or make the domain an installed package")
+
+
+def one_line(exc: BaseException) -> str:
+    """`exc`'s message on one line: a pydantic error's first error (`Model.key: what`), else its lines
+    joined, so a message that spans lines (pydantic's, a user's own) stays the one line an error prints."""
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError) and exc.errors():
+        first, more = exc.errors()[0], len(exc.errors()) - 1
+        where = ".".join([exc.title, *(str(part) for part in first["loc"])])
+        return f"{where}: {first['msg']}" + (f" (and {more} more)" if more else "")
+    return " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
 
 
 def domain_class(source: str | None, path: str | None, name: str | None) -> type[Domain]:
@@ -94,8 +118,19 @@ def domain_class(source: str | None, path: str | None, name: str | None) -> type
         return _checked(ready[0], label)
     if not ready:
         raise _error(f"domain.path: {label} {_missing(defined, name)}")
-    names = ", ".join(sorted(str(getattr(cls, "name", cls.__name__)) for cls in ready))
-    raise _error(f"domain.path: {label} defines several domains ({names}); choose one with domain.name")
+    raise _error(f"domain.path: {label} {_several(ready)}")
+
+
+def _several(ready: list[type]) -> str:
+    """Why several domain classes cannot be told apart: by name, or not even by name (a subclass that kept
+    its parent's `name`, where domain.name cannot choose)."""
+    names = [str(getattr(cls, "name", cls.__name__)) for cls in ready]
+    twice = sorted(n for n in set(names) if names.count(n) > 1)
+    if twice:
+        classes = ", ".join(cls.__name__ for cls, n in zip(ready, names) if n == twice[0])
+        return (f"defines several domains named {twice[0]!r} ({classes}): give each class its own `name`, "
+                "then choose one with domain.name")
+    return f"defines several domains ({', '.join(sorted(names))}); choose one with domain.name"
 
 
 def _missing(defined: list[type], name: str | None) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import time
 
-from evaluators._base import CandidateError
+from evaluators._base import CandidateError, Outcome
 from evaluators.sandbox.config import SandboxConfig
 from evaluators.params import ProgramFormatError, entry_point_ok, read_params
 from evaluators.racing import Race, RaceSpec, RaceStopped, race_for
@@ -70,7 +70,10 @@ class Evaluator:
             else:
                 outcome = self.domain.evaluate(policy, params, split, race=race)
             policy.confirm_started()  # a program that never loaded has no score, even if it was never asked
-            return outcome
+        if not isinstance(outcome, Outcome):  # a user's Domain: say what to fix, not what broke further on
+            raise TypeError(f"{type(self.domain).__name__}.evaluate returned {type(outcome).__name__}, not an "
+                            "Outcome (evaluators._base.Outcome: score, metrics, instance_scores, descriptors)")
+        return outcome
 
 
 def not_finite(score, instance_scores) -> str:

@@ -111,8 +111,10 @@ def _by_name(name: str) -> type[Domain]:
         f" of package {_distribution(ep)})" if _distribution(ep) else ")")
     try:
         cls = ep.load()
-    except Exception as exc:  # noqa: BLE001  any import failure of a plug-in is bad user input
-        raise DomainLoadError(f"{origin} failed to import: {type(exc).__name__}: {exc}") from None
+    except (Exception, SystemExit) as exc:  # noqa: BLE001  any import failure of a plug-in is bad user input
+        from evaluators.domain_file import one_line
+
+        raise DomainLoadError(f"{origin} failed to import: {type(exc).__name__}: {one_line(exc)}") from None
     if not (isinstance(cls, type) and issubclass(cls, Domain)):
         raise DomainLoadError(f"{origin} is not a Domain class (evaluators._base.Domain)")
     if getattr(cls, "name", None) != name:

@@ -51,7 +51,13 @@ def test_scaffold_then_check_run_query_and_resume_from_the_archive_alone(tmp_pat
     assert "held-out split (pricing)" in run.stdout and "baseline: scarcity pricing" in run.stdout
     total, ok = _search_counts(tmp_path / "runs/p")
     assert total == 8 and ok >= 1
-    (tmp_path / "pricing" / "pricing.py").rename(tmp_path / "moved.py")  # a resume reads the archive's copy
+    domain = tmp_path / "pricing" / "pricing.py"
+    domain.write_text(domain.read_text().replace("revenue[j] += prices[j]", "revenue[j] += 2 * prices[j]"))
+    report = atoll("report", "runs/p", cwd=tmp_path)  # scored already: from the archive, the run's own copy
+    assert "evolved best" in report.stdout
+    assert f"domain.path: {domain} has changed since the run began; this run keeps the copy it stored" \
+        in " ".join(report.stderr.split()), report.stderr
+    domain.rename(tmp_path / "moved.py")  # a resume reads the archive's copy
     _, rows, _ = run_query(tmp_path / "runs/p", "SELECT config FROM runs")
     stored = validate(json.loads(rows[0][0]))
     assert "class Pricing(SimpleDomain)" in stored.domain.source
@@ -69,11 +75,18 @@ def test_the_scaffolds_own_tests_pass(tmp_path):
     assert proc.returncode == 0 and "3 passed" in proc.stdout, proc.stdout + proc.stderr
 
 
-def test_check_says_what_to_fix_when_the_data_ignores_the_secrets(tmp_path):
+@pytest.mark.parametrize("old, new", [
+    ("self._season(rng)", "self._season(np.random.default_rng(0))"),  # every season alike
+    ("return [self._season(rng)", "rng = np.random.default_rng(0)\n        return [self._season(rng)"),
+])
+def test_check_says_what_to_fix_when_the_data_ignores_the_secrets(tmp_path, old, new):
+    """With 8 tuning trials the tuner's own seed (from the secrets) picked other parameters under other
+    secrets, so the seed scored differently on the same public seasons and that check passed."""
     atoll("new-domain", "pricing", cwd=tmp_path)
     domain = tmp_path / "pricing" / "pricing.py"
-    domain.write_text(domain.read_text().replace("self._season(rng)", "self._season(np.random.default_rng(0))"))
-    check = atoll("check", "pricing/pricing.toml", *SMALL_DOMAIN, cwd=tmp_path, check=False)
+    domain.write_text(domain.read_text().replace(old, new))
+    check = atoll("check", "pricing/pricing.toml", *SMALL_DOMAIN, "--set", "domain.options.tune_trials=8",
+                  cwd=tmp_path, check=False)
     assert check.returncode == 1 and FAILED_CHECK.search(check.stdout)
     text = " ".join(check.stdout.split())
     assert "the seed program scores the same on search and validation" in text
@@ -82,18 +95,20 @@ def test_check_says_what_to_fix_when_the_data_ignores_the_secrets(tmp_path):
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
-    """A folder holding two installed domain packages (pip --target): a good one and one that fails to import."""
+    """A folder holding installed domain packages (pip --target): a good one and two that fail to import."""
     source, target = tmp_path_factory.mktemp("plugins"), tmp_path_factory.mktemp("site")
     for package, text in (("shelf_pricing", files_for("shelfprice", source)[source / "shelfprice.py"]),
-                          ("broken_domain", "import not_a_real_module\n")):
+                          ("broken_domain", "import not_a_real_module\n"),
+                          ("noisy_domain", 'raise ValueError("no prices:\\n  run make_prices first")\n')):
         (source / package).mkdir()
         (source / package / "__init__.py").write_text("")
         (source / package / "domain.py").write_text(text)
     (source / "pyproject.toml").write_text(
         '[build-system]\nrequires = ["setuptools>=68"]\nbuild-backend = "setuptools.build_meta"\n\n'
         '[project]\nname = "shelf-pricing"\nversion = "0.1"\n\n[tool.setuptools]\n'
-        'packages = ["shelf_pricing", "broken_domain"]\n\n[project.entry-points."atoll.domains"]\n'
-        'shelfprice = "shelf_pricing.domain:Shelfprice"\nbroken = "broken_domain.domain:Broken"\n')
+        'packages = ["shelf_pricing", "broken_domain", "noisy_domain"]\n\n'
+        '[project.entry-points."atoll.domains"]\nshelfprice = "shelf_pricing.domain:Shelfprice"\n'
+        'broken = "broken_domain.domain:Broken"\nnoisy = "noisy_domain.domain:Noisy"\n')
     pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
                           "--target", str(target), str(source)], capture_output=True, text=True, timeout=300)
     assert pip.returncode == 0, pip.stderr
@@ -116,11 +131,15 @@ def _one_line_exit_2(proc, needle):
     assert proc.stderr.count("\n") == 1 and needle in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
-def test_an_entry_point_that_fails_to_import_is_one_line(installed, tmp_path):
-    (tmp_path / "c.toml").write_text('[domain]\nname = "broken"\n')
+@pytest.mark.parametrize("name, needle", [
+    ("broken", ("domain 'broken' (entry point broken = broken_domain.domain:Broken of package shelf-pricing) "
+                "failed to import: ModuleNotFoundError: No module named 'not_a_real_module'")),
+    ("noisy", "failed to import: ValueError: no prices: run make_prices first"),  # a message of two lines
+])
+def test_an_entry_point_that_fails_to_import_is_one_line(installed, tmp_path, name, needle):
+    (tmp_path / "c.toml").write_text(f'[domain]\nname = "{name}"\n')
     proc = atoll("check", "c.toml", cwd=tmp_path, path=[installed], check=False)
-    _one_line_exit_2(proc, "domain 'broken' (entry point broken = broken_domain.domain:Broken of package "
-                           "shelf-pricing) failed to import: ModuleNotFoundError: No module named 'not_a_real_module'")
+    _one_line_exit_2(proc, needle)
 
 
 @pytest.mark.parametrize("command, files, needle", [
@@ -133,6 +152,9 @@ def test_an_entry_point_that_fails_to_import_is_one_line(installed, tmp_path):
     (["check", "pricing/pricing.toml", "--set", "domain.options.min_load=1.5"], "scaffold",
      "domain.options: min_load 1.5 is above max_load 0.9"),
     (["new-domain", "Bad-Name"], {}, "domain name 'Bad-Name': use lowercase letters"),
+    (["new-domain", "numpy"], {}, "domain name 'numpy' is also the name of an installed module"),
+    (["new-domain", "secrets"], {}, ("domain name 'secrets' is also the name of a module of Python's standard "
+                                     "library: the example's secrets.py would hide it from its own tests")),
     (["new-domain", "pricing"], "scaffold", "pricing/pricing.py already exists"),
 ])
 def test_bad_input_is_one_clear_line_and_exit_2(tmp_path, command, files, needle):
@@ -142,6 +164,16 @@ def test_bad_input_is_one_clear_line_and_exit_2(tmp_path, command, files, needle
         for name, text in files.items():
             (tmp_path / name).write_text(text)
     _one_line_exit_2(atoll(*command, cwd=tmp_path, check=False), needle)
+
+
+def test_new_domain_takes_a_name_only_the_current_folder_holds(tmp_path, monkeypatch):
+    """A name is refused for an importable module (its tests would import the example instead), not for
+    a file or folder of the user's in the current folder."""
+    (tmp_path / "shelf.py").write_text("")
+    (tmp_path / "rooms").mkdir()
+    monkeypatch.chdir(tmp_path)
+    for name in ("shelf", "rooms"):
+        assert Path("out", f"{name}.py") in files_for(name, Path("out"))
 
 
 YARDSTICK = r'''from evaluators.simple import SimpleDomain

@@ -159,7 +159,15 @@ def test_a_simulator_that_catches_every_error_cannot_hide_a_bad_action(tmp_path)
     ("import numpy\n\nx = undefined_name\n", "failed to load: NameError: name 'undefined_name' is not defined "
                                             "(line 3)"),
     (REACH.replace("    def simulate(", "    def simulate_(", 1), "defines Reach but it lacks simulate"),
+    ("from pydantic import BaseModel\n\n\nclass M(BaseModel):\n    x: int\n\n\nM(x='abc')\n",
+     ("failed to load: ValidationError: M.x: Input should be a valid integer, unable to parse string as an "
+      "integer (line 8)")),
+    ('raise ValueError("the table is empty:\\n    add a row")\n',
+     "failed to load: ValueError: the table is empty: add a row (line 1)"),
+    ("import sys\n\nsys.exit(3)\n", "failed to load: SystemExit(3): the file exits as it is imported (line 3)"),
     (REACH + "\n\nclass Other(Reach):\n    name = 'other'\n", "defines several domains (other, reach); choose"),
+    (REACH + "\n\nclass Longer(Reach):\n    horizon = 40\n",  # kept its parent's name: domain.name cannot choose
+     "defines several domains named 'reach' (Reach, Longer): give each class its own `name`, then choose one"),
 ])
 def test_a_file_that_defines_no_usable_domain_is_one_clear_line(tmp_path, text, needle):
     with pytest.raises(ConfigError) as caught:
@@ -168,11 +176,31 @@ def test_a_file_that_defines_no_usable_domain_is_one_clear_line(tmp_path, text, 
     assert str(caught.value).startswith("domain.path: ")
 
 
+def test_a_module_beside_the_file_is_not_importable_and_the_error_says_why(tmp_path):
+    (tmp_path / "helpers.py").write_text("GAIN = 0.3\n")
+    with pytest.raises(ConfigError) as caught:
+        _config(tmp_path, "import helpers\n" + REACH)
+    assert str(caught.value).endswith("No module named 'helpers' (line 1); helpers lies beside the file, but a "
+                                      "domain file is one self-contained module (its text travels with the run): "
+                                      "put that code in the file, or make the domain an installed package")
+
+
 def test_a_file_with_several_domains_picks_one_by_name(tmp_path):
     text = REACH + "\n\nclass Other(Reach):\n    name = 'other'\n"
     assert get_domain_class(_config(tmp_path, text, 'name = "other"\n')).name == "other"
     with pytest.raises(ConfigError, match="defines no domain named 'nope'"):
         _config(tmp_path, text, 'name = "nope"\n')
+    with pytest.raises(ConfigError, match="several domains named 'reach' \\(Reach, Longer\\)"):
+        _config(tmp_path, REACH + "\n\nclass Longer(Reach):\n    horizon = 40\n", 'name = "reach"\n')
+
+
+def test_a_domain_whose_evaluate_returns_no_outcome_says_so(tmp_path):
+    """A `Domain` written by hand that returns its score alone (a float) is told what to return."""
+    text = REACH + ("\n\nclass Bare(Reach):\n    name = 'bare'\n\n"
+                    "    def evaluate(self, policy, params, split, race=None):\n        return 0.5\n")
+    domain = _config(tmp_path, text, 'name = "bare"\n')
+    with pytest.raises(TypeError, match=r"^Bare.evaluate returned float, not an Outcome \(evaluators._base"):
+        _evaluate(domain, "def act(state, params):\n    return 0.0\n")
 
 
 @pytest.mark.parametrize("toml, needle", [
