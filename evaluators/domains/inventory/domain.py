@@ -261,9 +261,10 @@ class Inventory(Domain):
         for spec, t, b in zip(specs, tuned, base):
             ratio = float(t.stats.cost.mean() / b["costs"].mean())
             if ratio > RUNAWAY:
+                start = self.start_stock(self.measure_demand(spec, "validation"), "validation")
                 raise CandidateError(Status.INVALID, (
                     f"instance {spec.key}: on the validation split's {len(t.stats.cost)} fresh trajectories of "
-                    f"{self.measured_periods('validation')} periods, starting with {self.config.max_order} units on "
+                    f"{self.measured_periods('validation')} periods, starting with {start} units on "
                     f"hand, the tuned policy cost {ratio:.3g} times optimized base-stock's (more than {RUNAWAY:g}): it "
                     "runs away over long horizons or from a high stock (stock or orders diverging)"))
 
@@ -272,15 +273,21 @@ class Inventory(Domain):
         if not specs:
             return []
         demands = [self.measure_demand(s, split) for s in specs]
-        blocks = [Block(s, d, self._fixed(v, len(d)), self.start_stock(s, split)) for s, d, v in zip(specs, demands, values)]
+        blocks = [Block(s, d, self._fixed(v, len(d)), self.start_stock(d, split))
+                  for s, d, v in zip(specs, demands, values)]
         return self.simulator.run(policy, blocks, self.config.warmup)
 
-    def start_stock(self, spec: InstanceSpec, split: str) -> int:
+    def start_stock(self, demand: np.ndarray, split: str) -> int:
         """Stock on hand before a measured trajectory's first period: none (an empty system), but on the
-        validation split a disturbance, the largest order (`max_order`) on hand. A stable policy works it
-        off within the warm-up, whose costs do not count; one with a state it never leaves (ordering more
-        than the demand once the stock is high) is seen there, however rarely its tuning data reached it."""
-        return self.config.max_order if split == "validation" else 0
+        validation split a disturbance: half the demand of the warm-up (the trajectories' mean), at most
+        the largest order (`max_order`). A stable policy works it off within the warm-up, whose costs do
+        not count (one that orders half the mean demand or less does so by construction); one with a
+        state it never leaves (ordering more than the demand once the stock is high) is seen there,
+        however rarely its tuning data reached it. With a short warm-up the disturbance is small."""
+        warm = self.config.warmup
+        if split != "validation" or not warm:
+            return 0
+        return int(min(self.config.max_order, demand[:, :warm].sum(axis=1).mean() / 2))
 
     def tune_trials(self, split: str) -> int:
         """Optuna trials per instance of `split`."""
