@@ -114,17 +114,21 @@ class LiveReads:
         self._thread.start()
 
     def close(self) -> None:
-        self._stop.set()
-        with self._lock:  # a query not begun yet sees the stop once it takes the lock
-            for running in self._running:
-                with contextlib.suppress(duckdb.Error):
-                    running.interrupt()
+        """Stop serving, interrupt the queries running and wait for their threads. The interrupts are
+        sent again until every thread has ended: one that reaches a cursor before its query has begun
+        executing is lost (DuckDB interrupts only what runs), and close then waited for the query."""
+        self._stop.set()  # a query not begun yet sees the stop once it takes the lock
         if self._thread.is_alive():
             self._thread.join()
-        with self._lock:
-            answering = list(self._answering)
-        for thread in answering:
-            thread.join()
+        while True:
+            with self._lock:
+                for running in self._running:
+                    with contextlib.suppress(duckdb.Error):
+                        running.interrupt()
+                answering = list(self._answering)
+            if not answering:
+                break
+            answering[0].join(timeout=0.1)
         self._sock.close()
         self._con.close()
         if self._thread.ident is not None:  # it served, so the socket file is ours
@@ -231,9 +235,11 @@ class _Watch:
         poller.register(client, select.POLLIN | select.POLLRDHUP | select.POLLHUP | select.POLLERR)
         poller.register(self._wake_r, select.POLLIN)
         events = poller.poll(timeout_s * 1000)
-        if not any(fd == self._wake_r for fd, _ in events):
+        woken = any(fd == self._wake_r for fd, _ in events)
+        while not woken:  # again until the query has ended: an interrupt before it began executing is lost
             with contextlib.suppress(duckdb.Error):
                 cursor.interrupt()
+            woken = bool(select.select([self._wake_r], [], [], 0.1)[0])
 
     def stop(self) -> None:
         os.write(self._wake_w, b"x")

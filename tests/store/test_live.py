@@ -195,3 +195,33 @@ def test_a_run_directory_where_no_socket_can_be_made_still_records(tmp_path, cap
         archive.record([pair("a")])
     assert "no live queries for this run" in capsys.readouterr().err
     assert (tmp_path / SOCKET).is_dir() and run_query(tmp_path, "SELECT count(*) FROM programs")[1] == [(1,)]
+
+
+def test_a_close_that_comes_before_a_query_begins_executing_still_stops_it(tmp_path, monkeypatch):
+    """A stop between a query's cursor being made and DuckDB starting its work: the interrupt reached a
+    cursor with nothing running and was lost, and the driver's close waited for the query (here, for ever)."""
+    import store.live as live
+
+    real = live.run_read_only
+
+    def late(cursor, statements):
+        time.sleep(0.5)  # the cursor is registered; the query has not begun
+        return real(cursor, statements)
+
+    monkeypatch.setattr(live, "run_read_only", late)
+    slow = "SELECT count(*) FROM range(1000000000000) a(x) WHERE x % 7 = 3"
+    ask = ("import sys\nfrom store.query import QueryError, run_query\ntry:\n    run_query(sys.argv[1], sys.argv[2])\n"
+           "except QueryError as exc:\n    print(exc)\n")
+    with DuckDBArchive(tmp_path / "archive.duckdb") as archive:
+        reads = LiveReads(archive, tmp_path, timeout_s=600).__enter__()
+        asker = subprocess.Popen([sys.executable, "-c", ask, str(tmp_path), slow], cwd=ROOT, env=ENV,
+                                 stdout=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not reads._running and time.monotonic() < deadline:
+            time.sleep(0.01)
+        closer = threading.Thread(target=reads.close, daemon=True)
+        closer.start()
+        closer.join(timeout=30)
+        assert not closer.is_alive(), "close waited for a query its interrupt never reached"
+        said = asker.communicate(timeout=60)[0].strip()
+    assert said.startswith("interrupted: the process holding the archive closed it"), said
