@@ -200,7 +200,7 @@ def test_a_run_directory_where_no_socket_can_be_made_still_records(tmp_path, cap
 def test_a_close_that_comes_before_a_query_begins_executing_still_stops_it(tmp_path, monkeypatch):
     """A stop between a query's cursor being made and DuckDB starting its work: the interrupt reached a
     cursor with nothing running and was lost, and the driver's close waited for the query (here, for ever)."""
-    import store.live as live
+    from store import live
 
     real = live.run_read_only
 
