@@ -26,6 +26,14 @@ CONFIG = "benchmarks/fixed_cost.toml"
 RAY = [sys.executable, "-m", "ray.scripts.scripts"]  # the `ray` command of this Python
 
 
+@pytest.fixture(autouse=True)
+def _a_users_environment(monkeypatch):
+    """`atoll submit` as from a user's shell: a Ray started earlier in this test process (another test's
+    `ray_cluster`) left RAY_AUTH_MODE=token in its environment, which every `atoll` here inherited, so the
+    printed hints left out the RAY_AUTH_MODE=token that a shell without it needs."""
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+
+
 @pytest.fixture(scope="module")
 def head():
     """A one-node cluster from `ray start --head`, its job server on a free loopback port; yields that address."""
