@@ -282,6 +282,20 @@ def _inline(value) -> str:
     return json.dumps(value)
 
 
+def _no_best(run_dir: Path):
+    """Why `atoll best` has no program to show: none scored OK on the search split, or every one that did
+    failed its check on the validation split (it said "no successfully evaluated program yet")."""
+    _, rows, _ = query_run(run_dir, "SELECT count(*) FROM programs p JOIN evaluations s ON s.program_id = "
+                                    "p.program_id AND s.split = 'search' WHERE s.status = 'OK' AND p.mutator "
+                                    "NOT LIKE 'baseline:%'")
+    if not rows[0][0]:
+        raise UserError(f"{run_dir} has no successfully evaluated program yet")
+    where = shlex.quote(str(run_dir))
+    raise UserError(f"{run_dir}: each of its {rows[0][0]} programs that scored OK on the search split failed on the "
+                    "validation split, so none is crowned; why: atoll query " + where + " \"SELECT program_id, "
+                    "status, error FROM evaluations WHERE split = 'validation' AND status <> 'OK'\"")
+
+
 def cmd_best(args) -> int:
     """The best program as the held-out report crowns it (`controller.crowning`: the best search score
     whose validation result did not fail; ties go to the shorter code, then the earlier), with its
@@ -296,7 +310,7 @@ def cmd_best(args) -> int:
         "ORDER BY s.score DESC, length(p.code), p.seq "
         "LIMIT 1"))
     if not rows:
-        raise UserError(f"{run_dir} has no successfully evaluated program yet")
+        _no_best(run_dir)
     pid, code, score, status, heldout, error, metrics = rows[0]
     again = f"; to score it again: atoll report {shlex.quote(str(run_dir))} --again" if status not in (None, "OK") else ""
     console.print(f"best program {pid}: search score {score:.5g}, held-out score "

@@ -1,4 +1,6 @@
 """The held-out report's trial summary: what selection-bias corrections are computed from."""
+import subprocess
+import sys
 import time
 
 import pytest
@@ -6,6 +8,7 @@ import pytest
 from controller.report import search_trials
 from store.duckdb_archive import DuckDBArchive
 from store.records import Candidate, EvalResult, Status, reason_line
+from tests.controller.runs import ROOT
 from tests.evaluators.test_racing import EXACT, TARGETS
 
 
@@ -61,7 +64,7 @@ def test_a_held_out_row_that_timed_out_is_named_and_report_again_scores_it_under
     assert dict(run_query(run_dir, baselines)[1]) == {"OK": 4}
 
 
-def _tied_run(run_dir, heldout: EvalResult | None = None) -> str:
+def _tied_run(run_dir, *results: EvalResult) -> str:
     """A run whose three best programs tie on the search score, the shortest stored last; the id of
     the one the held-out report picks as its evolved best."""
     codes = {"long": "def policy(s, p):\n    return 1.0  # the same policy, a longer text\n",
@@ -72,8 +75,8 @@ def _tied_run(run_dir, heldout: EvalResult | None = None) -> str:
         for pid, code in codes.items():
             archive.record([(Candidate(pid, "r1", 0, 1, (), code, "embedded:perturb_const", time.time()),
                              EvalResult(pid, "search", Status.OK, score=2.0))])
-        if heldout is not None:
-            archive.record_evaluations([heldout], "r1")
+        if results:
+            archive.record_evaluations(list(results), "r1")
         return archive.best_program("r1")["program_id"]
 
 
@@ -99,6 +102,23 @@ def test_atoll_best_says_a_held_out_evaluation_that_timed_out_is_not_a_score_sti
     assert first == (f"best program short: search score 2, held-out score none: TIMEOUT (wall-clock limit of 0.05 s "
                      f"exceeded); to score it again: atoll report {tmp_path / 'run'} --again"), first
     assert "held-out metrics" not in out.stdout  # none were measured: no heading over nothing
+
+
+def test_atoll_best_on_a_run_whose_every_program_failed_validation_says_so(tmp_path):
+    """Every program that scored OK on search failed its validation check: `atoll best` said the run had "no
+    successfully evaluated program yet", as if the search had found nothing (and might still)."""
+    from tests.controller.runs import atoll
+
+    _tied_run(tmp_path / "run", *[EvalResult(pid, "validation", Status.INVALID, error="instance a: it runs away")
+                                  for pid in ("long", "mid", "short")])
+    out = atoll(tmp_path, "best", tmp_path / "run")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert ("each of its 3 programs that scored OK on the search split failed on the validation split, so none is "
+            "crowned; why: atoll query ") in out.stderr, out.stderr
+    why = out.stderr.split("why: ", 1)[1].strip()
+    listed = subprocess.run(["sh", "-c", why.replace("atoll query", f"{sys.executable} -m controller query", 1)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    assert listed.returncode == 0 and listed.stdout.count("it runs away") == 3, listed.stdout + listed.stderr
 
 
 # A user's simple domain: eight targets x, the score -(action - x)^2 (higher is better); EXACT scores 0.
