@@ -245,7 +245,9 @@ class Library:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise LibraryError(f"cannot create the library's folder {self.path.parent}: {exc.strerror}; "
+            file = next((p for p in (self.path.parent, *self.path.parent.parents) if p.is_file()), None)
+            why = f"{file} is a file, not a folder" if file is not None else exc.strerror  # else 'File exists'
+            raise LibraryError(f"cannot create the library's folder {self.path.parent}: {why}; "
                                f"{_ELSEWHERE}") from None
         denied = [str(p) for p in (self.path, self.path.parent) if p.exists() and not os.access(p, os.W_OK)]
         if denied:

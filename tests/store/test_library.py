@@ -45,6 +45,7 @@ def test_a_library_folder_that_cannot_be_made_says_how_to_go_on(tmp_path):
     message = str(err.value)
     assert "\n" not in message and "cannot create the library's folder" in message
     assert "memory.library (or ATOLL_LIBRARY)" in message and "memory.enabled = false" in message
+    assert f"{tmp_path / 'home'} is a file, not a folder" in message  # was "Not a directory" or "File exists"
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "empty"])
