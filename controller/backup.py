@@ -44,7 +44,7 @@ from controller.rundir import (
     remove_abandoned,
 )
 from store.duckdb_archive import ArchiveDamaged, DuckDBArchive, copy_whole, flush_dir
-from store.readonly import first_line
+from store.readonly import first_line, log_of
 
 SEARCH_COUNT = "SELECT count(*) FROM evaluations WHERE split = 'search'"
 
@@ -112,7 +112,7 @@ class Backups:
         """Refuse a copy the disk has no room for before it is begun: filling the disk, even for the
         moment until the copy fails, could fail the archive's own next commit, or another run's."""
         source = self.archive.path
-        wal = source.with_name(source.name + ".wal")
+        wal = log_of(source)
         need = source.stat().st_size + (wal.stat().st_size if wal.exists() else 0) + ROOM_LEFT
         free = shutil.disk_usage(self.path.parent).free
         if free < need:
@@ -462,9 +462,9 @@ def _swap(archive: Path, staged: Path, kept: Path | None) -> None:
     held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
     before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
     try:
-        wal = archive.with_name(archive.name + ".wal")
+        wal = log_of(archive)
         if kept is not None:
-            kept_wal = kept.with_name(kept.name + ".wal")
+            kept_wal = log_of(kept)
             try:
                 os.link(archive, kept)
                 if wal.exists():

@@ -29,7 +29,7 @@ from store import signals
 from store.arrow import pa
 from store.columns import strings
 from store.hash_index import HashSet
-from store.readonly import cut_short, is_damage_error
+from store.readonly import cut_short, is_damage_error, log_of
 from store.records import Candidate, EvalResult
 from store.writer import TableColumns, Writer, insert_arrow, to_json
 
@@ -89,11 +89,6 @@ def copy_whole(source: Path, target: Path, with_log: bool = False) -> None:
     finally:
         tmp.unlink(missing_ok=True)
         tmp_log.unlink(missing_ok=True)
-
-
-def log_of(path: Path) -> Path:
-    """The write-ahead log DuckDB keeps beside the database file `path`."""
-    return path.with_name(path.name + ".wal")
 
 
 def fold_log(path: Path) -> None:

@@ -30,7 +30,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random
 
 from store import signals
 from store.duckdb_archive import ArchiveDamaged, copy_whole
-from store.readonly import first_line, is_lock_error
+from store.readonly import first_line, is_lock_error, log_of
 
 ENV = "ATOLL_LIBRARY"
 SCHEMA_DIR = Path(__file__).with_name("library_schema")
@@ -139,7 +139,7 @@ class Library:
             return ""
         made = time.strftime("%Y-%m-%d %H:%M", time.localtime(target.stat().st_mtime))
         here, aside, there = (shlex.quote(str(p)) for p in (self.path, f"{self.path}.damaged", target))
-        log = Path(f"{self.path}.wal")  # a write-ahead log the damaged file left: DuckDB would replay it onto the backup
+        log = log_of(self.path)  # a write-ahead log the damaged file left: DuckDB would replay it onto the backup
         logs = (f" and its log ({log.name})", f" && mv {shlex.quote(str(log))} {shlex.quote(f'{self.path}.damaged.wal')}"
                 ) if log.exists() else ("", "")
         return (f". Its backup of {made} is {target}: to go back to it, move the damaged file{logs[0]} aside and copy "

@@ -102,9 +102,14 @@ def is_log_damage(exc: BaseException) -> bool:
     return "Corrupt WAL file" in str(exc)
 
 
+def log_of(path: Path) -> Path:
+    """The write-ahead log DuckDB keeps beside the database file `path` (PATH.wal)."""
+    return path.with_name(path.name + ".wal")
+
+
 def log_aside(archive: Path) -> str:
     """How to open an archive whose log is damaged: without the log, as of its last fold into the file."""
-    log = archive.with_name(archive.name + ".wal")
+    log = log_of(archive)
     return (f"its log {log} (the commits not yet folded into the file) is damaged: to open the archive as of the "
             f"log's last fold, without the commits after it, set the log aside: mv {log} {log}.damaged")
 
