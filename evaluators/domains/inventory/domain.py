@@ -49,6 +49,11 @@ from store.records import EvalResult, Status
 RUNAWAY = 2.0
 
 
+def _cost_ratios(tuned: list[Tuned], base: list[dict]) -> list[float]:
+    """Each instance's mean cost over optimized base-stock's, on the same fresh trajectories."""
+    return [float(t.stats.cost.mean() / b["costs"].mean()) for t, b in zip(tuned, base)]
+
+
 class InstanceSpec(BaseModel):
     """One inventory instance of the Zipkin grid (mean demand and holding cost are shared)."""
 
@@ -89,7 +94,7 @@ class InventoryConfig(BaseModel):
         None, description="Instances of the validation split (scored like the search split, on demand drawn from "
                           "the run's validation secret); None: the search instances, on fresh demand.")
     search_periods: int = Field(250, ge=10, le=100_000, description="Measured periods per search trajectory (after warm-up); also the tuning horizon of validation and held-out instances.")
-    validation_periods: int | None = Field(None, ge=10, le=1_000_000, description="Measured periods per fresh validation trajectory (after warm-up); None: search_periods. The validation's start with max_order units on hand shows a policy that never works off a high stock at any horizon; heldout_periods would also show one that changes course after the search's horizon, at several times a validation's cost.",
+    validation_periods: int | None = Field(None, ge=10, le=1_000_000, description="Measured periods per fresh validation trajectory (after warm-up); None: search_periods. The validation's start with a high stock on hand (half the warm-up's demand, at most max_order) shows a policy that never works off a high stock at any horizon; heldout_periods would also show one that changes course after the search's horizon, at eight times the periods per validation trajectory.",
                                            json_schema_extra={"fingerprint": False})  # no search score depends on it
     heldout_periods: int = Field(2000, ge=10, le=1_000_000, description="Measured periods per held-out trajectory (after warm-up).")
     warmup: int = Field(200, ge=0, le=100_000, description="Periods simulated before costs are counted, from an empty system.")
@@ -258,8 +263,7 @@ class Inventory(Domain):
         trajectories: a tuned policy that far behind on data like its tuning's has run away from the
         validation's disturbed start or over its horizon (stock piling up, or orders stopping), which the search's
         trajectories, short and from an empty system, cannot show."""
-        for spec, t, b in zip(specs, tuned, base):
-            ratio = float(t.stats.cost.mean() / b["costs"].mean())
+        for spec, t, ratio in zip(specs, tuned, _cost_ratios(tuned, base)):
             if ratio > RUNAWAY:
                 start = self.start_stock(self.measure_demand(spec, "validation"), "validation")
                 raise CandidateError(Status.INVALID, (
@@ -321,7 +325,7 @@ class Inventory(Domain):
         return int(levels[int(cost.mean(axis=1).argmin())])
 
     def _outcome(self, specs, tuned: list[Tuned], params, base: list[dict], trials: int) -> Outcome:
-        ratios = [float(t.stats.cost.mean() / b["costs"].mean()) for t, b in zip(tuned, base)]
+        ratios = _cost_ratios(tuned, base)
         per_instance = {s.key: self._instance_metrics(t, b) for s, t, b in zip(specs, tuned, base)}
         order_cv = [float(np.mean(t.stats.order_std) / max(np.mean(t.stats.order_mean), 1e-9)) for t in tuned]
         fill = [float(np.mean(t.stats.fill)) for t in tuned]
