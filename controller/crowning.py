@@ -20,6 +20,11 @@ MAX_CHECKS = 24  # validation failures before the next program is crowned unchec
 PASSED_OVER = ("EXISTS (SELECT 1 FROM evaluations v WHERE v.program_id = p.program_id AND v.split = 'validation' "
                "AND v.status <> 'OK')")
 PASSED_OVER_AGAIN = PASSED_OVER.replace("<> 'OK'", "= 'INVALID'")
+# SQL over `programs p JOIN evaluations s` (s: the search result), shared with `atoll best` so both rank alike:
+# the programs that can be crowned, and their order (ties: the shorter code, then the earlier)
+SEARCH_JOIN = "programs p JOIN evaluations s ON s.program_id = p.program_id AND s.split = 'search'"
+SEARCH_OK = "s.status = 'OK' AND p.mutator NOT LIKE 'baseline:%'"
+BEST_FIRST = "ORDER BY s.score DESC, length(p.code), p.seq"
 
 
 def crowned(archive, run_id: str, validate, width, console=None, again: bool = False) -> dict | None:
@@ -53,10 +58,9 @@ def _ranked(archive, run_id: str, limit: int, again: bool = False) -> list[dict]
     earlier, as `DuckDBArchive.best_program`), but those whose validation failed (with `again`: was
     INVALID); each with its validation status (None: not checked)."""
     rows = archive.con.execute(
-        "SELECT p.program_id, p.code, p.search_score, v.status FROM programs p LEFT JOIN evaluations v "
-        "ON v.program_id = p.program_id AND v.split = 'validation' WHERE p.run_id = ? AND p.search_status = 'OK' "
-        f"AND p.mutator NOT LIKE 'baseline:%' AND NOT {PASSED_OVER_AGAIN if again else PASSED_OVER} "
-        "ORDER BY p.search_score DESC, length(p.code), p.seq LIMIT ?", [run_id, limit]).fetchall()
+        f"SELECT p.program_id, p.code, s.score, v.status FROM {SEARCH_JOIN} LEFT JOIN evaluations v "
+        f"ON v.program_id = p.program_id AND v.split = 'validation' WHERE p.run_id = ? AND {SEARCH_OK} "
+        f"AND NOT {PASSED_OVER_AGAIN if again else PASSED_OVER} {BEST_FIRST} LIMIT ?", [run_id, limit]).fetchall()
     return [dict(zip(("program_id", "code", "score", "status"), row)) for row in rows]
 
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from controller.cli import UserError
-from controller.crowning import PASSED_OVER
+from controller.crowning import BEST_FIRST, PASSED_OVER, SEARCH_JOIN, SEARCH_OK
 from controller.memory_commands import library_query
 from controller.terminal import SafeConsole, visible
 
@@ -285,9 +285,7 @@ def _inline(value) -> str:
 def _no_best(run_dir: Path):
     """Why `atoll best` has no program to show: none scored OK on the search split, or every one that did
     failed its check on the validation split (it said "no successfully evaluated program yet")."""
-    _, rows, _ = query_run(run_dir, "SELECT count(*) FROM programs p JOIN evaluations s ON s.program_id = "
-                                    "p.program_id AND s.split = 'search' WHERE s.status = 'OK' AND p.mutator "
-                                    "NOT LIKE 'baseline:%'")
+    _, rows, _ = query_run(run_dir, f"SELECT count(*) FROM {SEARCH_JOIN} WHERE {SEARCH_OK}")
     if not rows[0][0]:
         raise UserError(f"{run_dir} has no successfully evaluated program yet")
     where = shlex.quote(str(run_dir))
@@ -304,11 +302,8 @@ def cmd_best(args) -> int:
     cols, rows, note = query_run(run_dir, (
         "SELECT p.program_id, p.code, s.score, h.status, h.score AS heldout_score, h.error, "
         "h.metrics AS heldout_metrics "
-        "FROM programs p JOIN evaluations s ON s.program_id = p.program_id AND s.split = 'search' "
-        "LEFT JOIN evaluations h ON h.program_id = p.program_id AND h.split = 'heldout' "
-        f"WHERE s.status = 'OK' AND p.mutator NOT LIKE 'baseline:%' AND NOT {PASSED_OVER} "
-        "ORDER BY s.score DESC, length(p.code), p.seq "
-        "LIMIT 1"))
+        f"FROM {SEARCH_JOIN} LEFT JOIN evaluations h ON h.program_id = p.program_id AND h.split = 'heldout' "
+        f"WHERE {SEARCH_OK} AND NOT {PASSED_OVER} {BEST_FIRST} LIMIT 1"))
     if not rows:
         _no_best(run_dir)
     pid, code, score, status, heldout, error, metrics = rows[0]
