@@ -60,7 +60,8 @@ def bare(domain, code: str) -> tuple[float, float, float]:
     policy = PolicyProcess(code, "policy", SandboxConfig())
     policy._to_child, policy._from_child, policy._area = to_child, from_child, area
     policy._deadline = policy._startup = time.monotonic() + 600
-    policy._write(wire.pack({"code": code, "entry": "policy"}), policy._startup, "start-up")
+    policy._startup_clock = "start-up"
+    policy._write(wire.pack({"code": code, "entry": "policy"}), policy._startup, policy._startup_clock)
     policy._starting = True
     policy.confirm_started()
     try:
