@@ -11,14 +11,13 @@ lineage table by commit number, so a deep chain costs no scan per step.
 from __future__ import annotations
 
 import difflib
-import json
 import math
 import shlex
 import sys
 from pathlib import Path
 
 from controller.cli import UserError
-from controller.read_commands import console, print_rows, query_run
+from controller.read_commands import console, json_line, print_rows, query_run
 from controller.terminal import visible
 from store.readonly import first_line
 
@@ -40,7 +39,7 @@ def cmd_lineage(args) -> int:
     if args.json:
         for step in shown:
             call = calls.get(step["program_id"])
-            print(json.dumps({**step, "code": code.get(step["program_id"]), "llm_call": call and call[0]}, default=str))
+            print(json_line({**step, "code": code.get(step["program_id"]), "llm_call": call and call[0]}))
         if note:
             print(note, file=sys.stderr)
         return 0

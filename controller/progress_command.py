@@ -8,14 +8,13 @@ partial rows (RACED) never count as a best.
 """
 from __future__ import annotations
 
-import json
 import math
 import shlex
 import sys
 from pathlib import Path
 
 from controller.cli import UserError
-from controller.read_commands import console, print_rows, query_run
+from controller.read_commands import console, json_line, print_rows, query_run
 
 SPARK = "▁▂▃▄▅▆▇█"
 WIDTH = 60  # characters of the best-so-far line
@@ -134,5 +133,5 @@ def _as_json(run_dir: Path, ordered: str) -> int:
         f"WITH o AS ({ordered}) SELECT n AS evaluation, created_at AS made, score, island, mutator AS source, "
         "program_id FROM o WHERE improved ORDER BY n"))
     for row in rows:
-        print(json.dumps(dict(zip(cols, row))))
+        print(json_line(dict(zip(cols, row))))
     return 0

@@ -6,6 +6,7 @@ it, else from the file; none of them writes.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 import sys
@@ -204,7 +205,7 @@ def print_rows(cols, rows, note, as_json=False) -> None:
     if as_json:
         names = json_names(cols)
         for row in rows:
-            print(json.dumps(dict(zip(names, row)), default=str))
+            print(json_line(dict(zip(names, row))))
     else:
         table = Table(*(Column(col, overflow="fold") for col in cols))
         for row in rows:
@@ -212,6 +213,23 @@ def print_rows(cols, rows, note, as_json=False) -> None:
         console.print(table)
     if note:
         print(note, file=sys.stderr)
+
+
+def json_line(value) -> str:
+    """`value` as one line of strict JSON: a NaN or an infinity (a failed program's score, a ratio over
+    nothing) becomes null, as JSON has neither and jq, JavaScript and most parsers refuse Python's
+    `NaN`; what JSON cannot hold otherwise (a timestamp, a UUID, a decimal) becomes its text."""
+    return json.dumps(_finite(value), default=str, allow_nan=False)
+
+
+def _finite(value):
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def json_names(cols: list[str]) -> list[str]:

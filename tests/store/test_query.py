@@ -1,4 +1,5 @@
 """`run_query`: read-only, clear errors, no access to other files, a live run answered by its holder."""
+import json
 import os
 import re
 import subprocess
@@ -224,3 +225,16 @@ def test_a_damaged_log_is_named_with_how_to_open_the_archive_without_it(tmp_path
     assert resume.stderr.strip().splitlines()[-1].endswith(aside), resume.stderr
     log.rename(f"{log}.damaged")  # as told: the archive as of the log's last fold
     assert run_query(tmp_path, "SELECT count(*) FROM runs")[1] == [(1,)]
+
+
+def test_json_lines_are_strict_json_where_a_value_is_not_finite(run_dir, atoll_cli):
+    """A failed program's NaN score or a ratio over nothing printed `NaN` / `Infinity`, which is not JSON:
+    jq and JavaScript refused the whole line. Such a value is now null, nested ones too."""
+    out = atoll_cli("query", str(run_dir), "SELECT 'nan'::DOUBLE AS a, 'inf'::DOUBLE AS b, 1.5::DOUBLE AS c, "
+                                           "['-inf'::DOUBLE, 2.0] AS d, {'e': 'nan'::DOUBLE} AS f", "--json")
+    assert [json.loads(line, parse_constant=_refuse) for line in out.stdout.splitlines()] == [
+        {"a": None, "b": None, "c": 1.5, "d": [None, 2.0], "f": {"e": None}}], out.stdout
+
+
+def _refuse(name):
+    raise ValueError(f"{name} is not JSON")
