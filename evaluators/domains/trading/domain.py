@@ -140,8 +140,13 @@ class Trading(Domain):
     # history is public, and what protects its holdout is that no candidate reads the files
     # or ever receives a held-out bar.
 
+    @staticmethod
+    def _which(split: str) -> str:
+        """The market `split` trades: 'validation' for the validation split, else 'main'."""
+        return "validation" if check_split(split) == "validation" else "main"
+
     def market_of(self, split: str) -> Market:
-        which = "validation" if check_split(split) == "validation" else "main"
+        which = self._which(split)
         if which not in self._markets:
             self._markets[which] = self._load(which)
         return self._markets[which]
@@ -175,10 +180,12 @@ class Trading(Domain):
         return resampled(main, self.config.holdout_bars, self.secrets.generator("validation", "market", "resample"))
 
     def simulator(self, split: str) -> Simulator:
-        market = self.market_of(split)
-        if market.names not in self._simulators:
-            self._simulators[market.names] = Simulator(market, self.config.lookback, self.config.cost_bps)
-        return self._simulators[market.names]
+        """The simulator of `split`'s market, kept per market, not per asset names: the synthetic
+        market's validation draw has the same names as the search market's."""
+        which = self._which(split)
+        if which not in self._simulators:
+            self._simulators[which] = Simulator(self.market_of(split), self.config.lookback, self.config.cost_bps)
+        return self._simulators[which]
 
     @functools.cached_property
     def _layout(self) -> tuple[list[Fold], Fold]:

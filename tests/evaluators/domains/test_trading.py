@@ -95,6 +95,20 @@ def test_through_the_protocol_momentum_earns_on_the_edge_market_only():
     assert scores[0.08] > 0.7 and abs(scores[0.0]) < 0.5
 
 
+def test_each_split_of_the_synthetic_market_trades_its_own_draw_whichever_comes_first():
+    """The validation draw has the search market's asset names; neither split may trade the other's prices."""
+    options = dict(TINY, market="synthetic", synthetic={"assets": 2, "bars": 1000})
+    scores = {}
+    for order in (("search", "validation", "heldout"), ("validation", "heldout", "search")):
+        domain = get_domain("trading", secrets=FIXED, **options)
+        for split in order:
+            scores[order[0], split] = domain.evaluate(in_process(BUY_AND_HOLD), {}, split).metrics["total_return"]
+        held = domain.market.returns()[:, -60:] - np.eye(60)[0] * 5e-4  # the holdout's bars, one entry cost
+        assert scores[order[0], "heldout"] == pytest.approx(np.prod(1 + held.mean(axis=0)) - 1, rel=1e-10)
+    for split in ("search", "validation", "heldout"):
+        assert scores["search", split] == scores["validation", split], split
+    assert scores["search", "search"] != scores["search", "validation"]
+
 def test_every_row_of_a_call_sees_only_closes_up_to_one_common_bar():
     """Lockstep in calendar order: no row of a batch shows any other row's future."""
     domain = get_domain("trading", **TINY)
