@@ -217,7 +217,8 @@ class Checker:
 
     def depends_on_secrets(self) -> Check:
         """The seed at its PARAMS' defaults under two secrets: the tuner's seed derives from the secrets too,
-        so a tuned seed scored differently on public data (other parameters won) and passed."""
+        so a tuned seed scored differently on public data (other parameters won) and passed. Data that
+        the domain declares published or the user's own (`Domain.public_data`) pass, saying so."""
         name = "the data comes from the run's secrets"
         fixed = _untuned(self.domain.seed_program)
         first = self._seed_on("search") if fixed == self.domain.seed_program else \
@@ -225,6 +226,9 @@ class Checker:
         other = self._evaluate(self._evaluator(_OTHER_SECRETS), "check-seed-other", fixed, "search")
         if first.status != Status.OK or other.status != Status.OK:
             return Check(name, False, f"not measured: the seed program scored {_scored(first)} and {_scored(other)}")
+        if first.instance_scores == other.instance_scores and self.domain.public_data():
+            return Check(name, True, f"the same scores under other secrets, as the config says: "
+                                     f"{self.domain.public_data()}")
         if first.instance_scores == other.instance_scores:
             return Check(name, False, "the same per-instance scores under other secrets: the data is public, so a "
                                       "candidate could rebuild it; draw it from the rng that instances() receives "

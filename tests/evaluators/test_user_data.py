@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from controller.config import ConfigError, load_config, validate
+from evaluators.check import Checker
 from evaluators.evaluator import Evaluator
-from evaluators.registry import get_domain
+from evaluators.registry import DomainConfig, get_domain
 from evaluators.sandbox.config import SandboxConfig
 from evaluators.secrets import RunSecrets
 from store.records import Status
@@ -39,6 +40,13 @@ def test_trading_walks_forward_on_a_wide_csv_and_a_long_parquet(tmp_path):
     long = get_domain("trading", secrets=SECRETS, **parquet)
     assert long.market.names == ("ACME", "BOLT", "CORE") and long.market_of("validation").names == ("DYNA",)
 
+
+def test_atoll_check_takes_a_price_file_for_public_data_not_for_a_stream_from_a_public_seed(tmp_path):
+    """Real history scores alike under any secrets by design: the check says so and passes (it told the
+    user to draw the prices from an rng, and `atoll check` exited 1 on configs/trading_sp500.toml too)."""
+    options = dict(TRADING_OPTIONS, prices=str(write_prices(tmp_path / "prices.csv")))
+    check = Checker(DomainConfig(name="trading", options=options), LIMITS).depends_on_secrets()
+    assert check.passed and "real price history" in check.detail and "prices.csv" in check.detail, check.detail
 
 def remembering_policy():
     """A cheat: remember the return that followed each 5-bar run of returns met so far, and trade on it

@@ -225,6 +225,13 @@ class Trading(Domain):
     def output_bounds(self) -> tuple[float | None, float | None]:
         return -1.0, 1.0  # positions: check_positions refuses any outside [-1, 1]
 
+    def public_data(self) -> str:
+        if self.config.market == "synthetic":
+            return ""
+        what = f"your price file {self.config.prices.path}" if self.config.prices else "skfolio's S&P 500 files"
+        return (f"the market is real price history ({what}), hidden from the sandbox; no search evaluation "
+                "sees its holdout")
+
     def sandbox_hide(self) -> tuple[str, ...]:
         if self.config.prices is not None:
             return hidden(self.config.prices.path)
