@@ -147,6 +147,16 @@ class Domain(abc.ABC):
         """
         return ("numpy",)
 
+    def public_data(self) -> str:
+        """Why the search split's data are the same whatever the run's secrets, or '' when they derive
+        from them: published or the user's own records (real price history, an instance library),
+        which no secret can make unknown; the sandbox hiding them is what protects them.
+
+        `atoll check` then takes a score that does not change with the secrets as this, not as a
+        stream drawn from a public seed.
+        """
+        return ""
+
     def sandbox_hide(self) -> tuple[str, ...]:
         """Paths the candidate's process must not read even where they lie inside `program_modules()`.
 

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from controller.config import ConfigError, load_config, validate
+from evaluators.check import Checker
 from evaluators.evaluator import Evaluator
-from evaluators.registry import get_domain
+from evaluators.registry import DomainConfig, get_domain
 from evaluators.sandbox.config import SandboxConfig
 from evaluators.secrets import RunSecrets
 from store.records import Status
@@ -38,6 +39,41 @@ def test_trading_walks_forward_on_a_wide_csv_and_a_long_parquet(tmp_path):
                    validation_assets=["DYNA"])
     long = get_domain("trading", secrets=SECRETS, **parquet)
     assert long.market.names == ("ACME", "BOLT", "CORE") and long.market_of("validation").names == ("DYNA",)
+
+
+def test_atoll_check_takes_a_price_file_for_public_data_not_for_a_stream_from_a_public_seed(tmp_path):
+    """Real history scores alike under any secrets by design: the check says so and passes (it told the
+    user to draw the prices from an rng, and `atoll check` exited 1 on configs/trading_sp500.toml too)."""
+    options = dict(TRADING_OPTIONS, prices=str(write_prices(tmp_path / "prices.csv")))
+    check = Checker(DomainConfig(name="trading", options=options), LIMITS).depends_on_secrets()
+    assert check.passed and "real price history" in check.detail and "prices.csv" in check.detail, check.detail
+
+def remembering_policy():
+    """A cheat: remember the return that followed each 5-bar run of returns met so far, and trade on it
+    when the same run comes again (its own memory, like a module global of a candidate's)."""
+    memory = {}
+
+    def policy(state, params):
+        r = np.diff(state["close"].astype(np.float64)[:, -9:], axis=1) / state["close"][:, -9:-1]
+        out = np.zeros(len(r))
+        for i, row in enumerate(r):
+            memory[tuple(np.round(row[-7:-2] * 1e4).astype(int))] = row[-1]
+            hit = memory.get(tuple(np.round(row[-5:] * 1e4).astype(int)))
+            out[i] = 0.0 if hit is None else np.sign(hit)
+        return out
+
+    return lambda batches: [policy(state, params) for state, params in batches]
+
+
+def test_the_resampled_validation_market_shows_each_bar_once_so_remembering_earns_nothing(tmp_path):
+    """A program that remembers every 5-bar run of returns it met, and trades on the return that followed
+    it, has no bar twice to trade with hindsight: each search-period bar comes once, none of the holdout's."""
+    options = dict(TRADING_OPTIONS, prices=str(write_prices(tmp_path / "prices.csv", bars=1000)))
+    domain = get_domain("trading", secrets=SECRETS, **options)
+    out = domain.evaluate(remembering_policy(), {}, "validation")
+    assert out.metrics["trades"] == 0 and out.score == 0.0, out.metrics["sharpe"]
+    shown = domain.market_of("validation").returns()[:, 1:]
+    assert np.allclose(np.sort(shown, axis=1), np.sort(domain.market.returns()[:, 1:1000 - 40], axis=1))
 
 
 def test_inventory_resamples_the_history_and_measures_held_out_on_the_latest_periods_only(tmp_path):

@@ -54,7 +54,7 @@ class TradingConfig(BaseModel):
     market: Literal["sp500", "synthetic", "file"] = Field("sp500", description="'sp500': daily adjusted closes shipped in skfolio (1990-2022); 'synthetic': the generated market of the `synthetic` table; 'file': your own price history (the `prices` option).")
     prices: PriceHistory | None = Field(None, description="For market 'file': your daily closes, a CSV or Parquet file (wide: a date column and one column per asset; long: date, asset and price columns), relative to the config.")
     assets: Annotated[list[str], AfterValidator(distinct)] = Field(default_factory=lambda: list(DEFAULT_ASSETS), min_length=1, description="For market 'sp500': skfolio tickers, and SP500 for the index. For market 'file': assets of the file (default: every asset not in validation_assets).")
-    validation_assets: Annotated[list[str], AfterValidator(distinct)] = Field(default_factory=lambda: list(DEFAULT_VALIDATION_ASSETS), min_length=1, description="For market 'sp500': the validation split's tickers, walked forward over the search period like the search split (public data: other assets, not other randomness). The synthetic market's validation split is an independent draw of the same market from the run's validation secret. For market 'file': assets of the file if given; if not, the validation split trades the search assets' search-period returns resampled in blocks of 20 bars (from the run's validation secret).")
+    validation_assets: Annotated[list[str], AfterValidator(distinct)] = Field(default_factory=lambda: list(DEFAULT_VALIDATION_ASSETS), min_length=1, description="For market 'sp500': the validation split's tickers, walked forward over the search period like the search split (public data: other assets, not other randomness). The synthetic market's validation split is an independent draw of the same market from the run's validation secret. For market 'file': assets of the file if given; if not, the validation split trades the search assets' search-period returns reshuffled in blocks of 20 bars, each bar once (from the run's validation secret).")
     synthetic: SyntheticMarket = Field(default_factory=SyntheticMarket, description="The synthetic market, for market 'synthetic'.")
     lookback: int = Field(260, ge=253, le=2000, description="Closes each row of a policy call shows, up to and including the decision bar (>= 253, for 12-month rules).")
     tune_bars: int = Field(756, ge=20, le=20_000, description="Bars of each fold's tune window (756: three years).")
@@ -140,8 +140,13 @@ class Trading(Domain):
     # history is public, and what protects its holdout is that no candidate reads the files
     # or ever receives a held-out bar.
 
+    @staticmethod
+    def _which(split: str) -> str:
+        """The market `split` trades: 'validation' for the validation split, else 'main'."""
+        return "validation" if check_split(split) == "validation" else "main"
+
     def market_of(self, split: str) -> Market:
-        which = "validation" if check_split(split) == "validation" else "main"
+        which = self._which(split)
         if which not in self._markets:
             self._markets[which] = self._load(which)
         return self._markets[which]
@@ -175,10 +180,12 @@ class Trading(Domain):
         return resampled(main, self.config.holdout_bars, self.secrets.generator("validation", "market", "resample"))
 
     def simulator(self, split: str) -> Simulator:
-        market = self.market_of(split)
-        if market.names not in self._simulators:
-            self._simulators[market.names] = Simulator(market, self.config.lookback, self.config.cost_bps)
-        return self._simulators[market.names]
+        """The simulator of `split`'s market, kept per market, not per asset names: the synthetic
+        market's validation draw has the same names as the search market's."""
+        which = self._which(split)
+        if which not in self._simulators:
+            self._simulators[which] = Simulator(self.market_of(split), self.config.lookback, self.config.cost_bps)
+        return self._simulators[which]
 
     @functools.cached_property
     def _layout(self) -> tuple[list[Fold], Fold]:
@@ -217,6 +224,13 @@ class Trading(Domain):
 
     def output_bounds(self) -> tuple[float | None, float | None]:
         return -1.0, 1.0  # positions: check_positions refuses any outside [-1, 1]
+
+    def public_data(self) -> str:
+        if self.config.market == "synthetic":
+            return ""
+        what = f"your price file {self.config.prices.path}" if self.config.prices else "skfolio's S&P 500 files"
+        return (f"the market is real price history ({what}), hidden from the sandbox; no search evaluation "
+                "sees its holdout")
 
     def sandbox_hide(self) -> tuple[str, ...]:
         if self.config.prices is not None:

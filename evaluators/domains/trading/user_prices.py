@@ -9,9 +9,12 @@ every chosen asset has one, like the bundled data. Anything else that is wrong
 date twice) is one line naming the file, the column and the row.
 
 When the file has no assets set aside for the validation split, that split
-trades a resample of the search period: blocks of consecutive bars of the
-search assets' returns (the same bars for every asset, so their co-movement is
-kept), drawn from the run's validation secret. The holdout's bars never enter it.
+trades a reshuffle of the search period: its returns cut into blocks of
+consecutive bars (the same bars for every asset, so their co-movement is kept),
+the blocks put in an order drawn from the run's validation secret. Each bar
+comes once: a block drawn twice, or two that overlap, would show the program
+bars it has already met, and a program that remembered them could trade the
+second showing with hindsight. The holdout's bars never enter it.
 """
 from __future__ import annotations
 
@@ -106,11 +109,12 @@ def user_market(spec: PriceHistory, assets: tuple[str, ...]) -> Market:
 
 
 def resampled(market: Market, holdout_bars: int, rng: np.random.Generator) -> Market:
-    """A market as long as `market`, its returns drawn in blocks from the bars before its holdout."""
+    """The search period of `market` (the bars before its holdout), its returns' blocks in a random order.
+
+    Each bar's returns appear once, so no later bar repeats one the program has seen.
+    """
     returns = market.returns()[:, 1:len(market.dates) - holdout_bars]
-    need, span = len(market.dates) - 1, returns.shape[1]
-    block = min(BOOTSTRAP_BLOCK, span)
-    starts = rng.integers(0, span - block + 1, size=-(-need // block))
-    index = (starts[:, None] + np.arange(block)).ravel()[:need]
+    starts = np.arange(0, returns.shape[1], BOOTSTRAP_BLOCK)
+    index = np.concatenate([np.arange(s, min(s + BOOTSTRAP_BLOCK, returns.shape[1])) for s in rng.permutation(starts)])
     close = 100.0 * np.cumprod(np.concatenate([np.ones((len(returns), 1)), 1.0 + returns[:, index]], axis=1), axis=1)
-    return Market(tuple(f"{n} (resampled)" for n in market.names), market.dates, close)
+    return Market(tuple(f"{n} (resampled)" for n in market.names), market.dates[:len(index) + 1], close)

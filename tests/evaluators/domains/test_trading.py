@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 
 from evaluators._base import CandidateError
+from evaluators.check import Checker
 from evaluators.sandbox.config import SandboxConfig
 from evaluators.evaluator import Evaluator
 from evaluators.params import read_params
-from evaluators.registry import get_domain
+from evaluators.registry import DomainConfig, get_domain
 from evaluators.domains.trading.data import (SyntheticMarket, edge_feature, load_sp500, read_price_csv,
                                      skfolio_data_dir, synthetic_market)
 from evaluators.domains.trading import stats as ts
@@ -94,6 +95,40 @@ def test_through_the_protocol_momentum_earns_on_the_edge_market_only():
         scores[edge] = domain.evaluate(in_process(mom), {}, "search").score
     assert scores[0.08] > 0.7 and abs(scores[0.0]) < 0.5
 
+
+def test_each_split_of_the_synthetic_market_trades_its_own_draw_whichever_comes_first():
+    """The validation draw has the search market's asset names; neither split may trade the other's prices."""
+    options = dict(TINY, market="synthetic", synthetic={"assets": 2, "bars": 1000})
+    scores = {}
+    for order in (("search", "validation", "heldout"), ("validation", "heldout", "search")):
+        domain = get_domain("trading", secrets=FIXED, **options)
+        for split in order:
+            scores[order[0], split] = domain.evaluate(in_process(BUY_AND_HOLD), {}, split).metrics["total_return"]
+        held = domain.market.returns()[:, -60:] - np.eye(60)[0] * 5e-4  # the holdout's bars, one entry cost
+        assert scores[order[0], "heldout"] == pytest.approx(np.prod(1 + held.mean(axis=0)) - 1, rel=1e-10)
+    for split in ("search", "validation", "heldout"):
+        assert scores["search", split] == scores["validation", split], split
+    assert scores["search", "search"] != scores["search", "validation"]
+
+ONE_MARKET = """from evaluators.domains.trading.domain import Trading
+
+
+class OneMarket(Trading):
+    \"\"\"Trading whose validation split trades the search market's prices.\"\"\"
+
+    name = "one-market"
+
+    def market_of(self, split):
+        return super().market_of("search")
+"""
+
+
+def test_atoll_check_finds_splits_that_trade_one_market_though_the_tuner_is_seeded_per_split():
+    """The seed tuned on each split's own sampler seed chose other PARAMS, so the splits' scores differed
+    on the very same prices and the check passed; at its PARAMS' defaults the seed scores alike."""
+    options = dict(TINY, market="synthetic", synthetic={"assets": 2, "bars": 1000})
+    check = Checker(DomainConfig(source=ONE_MARKET, options=options), SandboxConfig(wall_s=60)).splits_differ()
+    assert not check.passed and "scores the same on search and validation" in check.detail, check.detail
 
 def test_every_row_of_a_call_sees_only_closes_up_to_one_common_bar():
     """Lockstep in calendar order: no row of a batch shows any other row's future."""
