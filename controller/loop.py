@@ -218,11 +218,10 @@ class Search(EvaluatorPool, Outcomes, LostActors):
                     self.helm.tick(self, now)  # control-plane commands; a stop raises KeyboardInterrupt
                     searching = self.helm.searched_s(now) < self.config.run.max_wall_s
                     if searching and drain_until is not None:  # `atoll set run.max_wall_s` gave more time
-                        drain_until, status = None, "completed"  # (else in-flight work was dropped every tick)
+                        drain_until = None  # (else in-flight work was dropped every tick)
                     if not searching and drain_until is None:
                         # out of wall time: submit nothing more, let what runs finish and commit
                         drain_until = now + self.config.evaluator.sandbox.wall_s + 5
-                        status = "wall-time" if self._budget_left() > 0 else status
                         # said on stderr, and archived for `atoll watch` and queries (jobs waiting for
                         # an evaluator still starting count: they run once it is up)
                         in_flight, within = self.in_flight(), round(drain_until - now)
@@ -241,7 +240,7 @@ class Search(EvaluatorPool, Outcomes, LostActors):
                         if ref in self.pending:  # a lost actor's other jobs left with it
                             self._handle(ref, *self.pending[ref])
                     if drain_until is not None and time.monotonic() > drain_until:
-                        self._cancel_all()
+                        self._end_drain()
                     due = cadence.due(time.monotonic())
                     if due:
                         self.events += backups.copied()  # copies in controller.backup_dir that ended
@@ -252,6 +251,8 @@ class Search(EvaluatorPool, Outcomes, LostActors):
                     elif due == "commit":
                         self.commit()
                     progress.update(self.helm.searched_s(time.monotonic()))
+            if drain_until is not None and self._budget_left() > 0:
+                status = "wall-time"  # stopped short of run.max_evals by the wall time, whatever was in flight then
             if searching and not self.seed_error:  # budget spent: now and then a prompt variant for later runs
                 self.events += self.memory.rewrite_variant(self.proposals.ask_text, self.proposals.first_model())
         except KeyboardInterrupt:
@@ -275,6 +276,18 @@ class Search(EvaluatorPool, Outcomes, LostActors):
         status = self.proposals.final_status(status, self._budget_left())
         # nothing left to ask: the embedded mutator stalled (controller.outcomes) and no LLM took over
         return "stalled" if status == "completed" and self.unmade.stalled and self._budget_left() > 0 else status
+
+    def _end_drain(self) -> None:
+        """The wait after `run.max_wall_s` is over: drop the jobs still running and say so (a job that outlasted
+        it was dropped without a word, after a line that said the jobs in flight would be committed)."""
+        dropped = self.in_flight()
+        self._cancel_all()
+        left = self._budget_left()
+        if dropped:
+            self.events.append(("wall-time-dropped", {"in_flight": dropped, "evaluations_left": left}))
+            rest = f"; atoll resume {self.run_dir} evaluates the {left} evaluation(s) left" if left > 0 else ""
+            self.notices.append(f"atoll: the {dropped} job(s) still running when the wait after run.max_wall_s "
+                                f"ended were dropped, uncommitted{rest}.")
 
     def _cancel_all(self) -> None:
         """Drop in-flight work; it was never committed, so a resume redoes it."""

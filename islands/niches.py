@@ -72,4 +72,6 @@ class DescriptorGrid:
         return {"low": self.low, "high": self.high}
 
     def restore(self, state: dict) -> None:
-        self.low, self.high = list(state["low"]), list(state["high"])
+        """Learned bounds go on from the saved ones; fixed bounds stay the config's (a resume may set them)."""
+        if not self.fixed:
+            self.low, self.high = list(state["low"]), list(state["high"])

@@ -197,14 +197,24 @@ class Island:
 
     def restore(self, state: dict, codes: dict[str, str] | None = None) -> int:
         """Back to a `state()`, taking left-out code from `codes` (program id -> code); returns how
-        many of its niches `max_niches` did not leave room for."""
+        many of its niches `max_niches` did not leave room for.
+
+        Each member's niche is found again under this island's config, in stored order (niche by
+        niche, best first): under the config the state was saved with that is its stored niche, in
+        its stored order; a resume that changed how niches are formed (`niche`, the descriptor bins
+        or bounds, `signature_decimals`) regroups the members, where the stored keys would mix two
+        layouts (and a MAP-Elites grid never fed their descriptors raised IndexError)."""
         self.generation = state["generation"]
         self._grid.restore(state["grid"])
         self._reset_index()
-        for key, niche in state["niches"]:
-            for m in niche:  # in stored order, best first: each niche keeps its order and its best
-                self._insert(tuple(key), member_from_state(m, codes))
-        return len(state["niches"]) - len(self._keys)
+        members = [member_from_state(m, codes) for _, niche in state["niches"] for m in niche]
+        if self.config.niche == "map_elites":
+            for member in members:
+                self._grid.observe(member.descriptors)
+        keys = [self._key(member) for member in members]
+        for key, member in zip(keys, members):
+            self._insert(key, member)
+        return len(set(keys)) - len(self._keys)
 
 
 def member_state(member: Member, code: bool = True) -> list:

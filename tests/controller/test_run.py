@@ -343,3 +343,21 @@ def test_wall_time_ends_the_run_cleanly_and_it_says_it_waits_for_what_is_in_flig
     count, distinct = _counts(run_dir)
     assert count >= 1 and count == distinct  # the one in flight was committed
     assert "wall-time" in atoll_cli("status", str(run_dir)).stdout
+
+
+def test_a_job_that_outlasts_the_wall_time_wait_is_dropped_and_said_and_the_run_ends_as_wall_time(atoll_cli,
+                                                                                                   tmp_path):
+    """The seed alone spends the budget (max_evals 1) but takes 10 s, longer than the wait after the wall
+    time (sandbox.wall_s + 5 = 6 s): it is dropped, a line says so and how to go on, and the run is
+    "wall-time", never "completed" with none of its evaluations."""
+    run_dir = tmp_path / "run"
+    out = run_cli(tmp_path, "run", ROOT / "benchmarks" / "fixed_cost.toml", "--run-dir", run_dir, "--set",
+                  "domain.options.cost_s=10", "--set", "run.max_wall_s=1", "--set", "evaluator.actors=1", "--set",
+                  "evaluator.sandbox.wall_s=1", "--max-evals", "1", "--no-report", timeout=120)
+    assert out.returncode == 0 and "search wall-time: 0 evaluations" in out.stdout, out.stdout + out.stderr
+    said = [line for line in out.stderr.splitlines() if "were dropped, uncommitted" in line]
+    assert len(said) == 1 and f"atoll resume {run_dir} evaluates the 1 evaluation(s) left" in said[0], out.stderr
+    [(dropped,)] = run_query(run_dir, "SELECT json_extract(data, '$.in_flight')::INT FROM events "
+                                      "WHERE kind = 'wall-time-dropped'")[1]
+    assert dropped == 1
+    assert "wall-time" in atoll_cli("status", str(run_dir)).stdout

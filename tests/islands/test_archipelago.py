@@ -98,3 +98,28 @@ def test_empty_archipelago_errors_clearly():
         arch.next_parent(0)
     with pytest.raises(ValueError, match="does not exist"):
         arch.add_result(9, Member("a", 1.0, "x", 0))
+
+
+@pytest.mark.parametrize("changed", [
+    {"niche": "map_elites"},
+    {"niche": "map_elites", "descriptor_bins": 2, "descriptor_bounds": [(0, 1), (0, 4)]},
+    {"signature_decimals": 0},
+])
+def test_a_snapshot_restored_under_another_niche_layout_regroups_its_members(changed):
+    """A resume's `--set islands.niche=...` (or new bins, bounds, rounding) puts every member in its niche
+    under the new layout, as a run begun with it would have: no IndexError, no mix of stored and new keys."""
+    saved = Archipelago(IslandsConfig(count=2, max_members_per_niche=10), 0)
+    for i in range(12):
+        saved.add_result(i % 2, Member(f"p{i}", float(i), "x", 1, (i / 10, 0.25), (i / 12, float(i % 4))))
+    config = IslandsConfig(count=2, max_members_per_niche=10, **changed)
+    restored = Archipelago.from_msgpack(saved.to_msgpack(), config)
+    fresh = Archipelago(config, 0)
+    for i, island in enumerate(saved.islands):
+        for m in island.members():
+            fresh.add_result(i, m)
+    for new, built in zip(restored.islands, fresh.islands):
+        assert {k: sorted(m.program_id for m in v) for k, v in new.niches().items()} == \
+               {k: sorted(m.program_id for m in v) for k, v in built.niches().items()}
+    child = Member("c", 20.0, "x", 2, (0.5, 0.25), (0.5, 1.0))
+    assert restored.add_result(0, child) and restored.best() == child
+    assert Archipelago.from_msgpack(restored.to_msgpack(), config).to_msgpack() == restored.to_msgpack()
