@@ -44,7 +44,7 @@ class Evaluator:
         except CandidateError as exc:
             return EvalResult(program_id, split, exc.status, error=clip(exc.reason),
                               duration_s=time.monotonic() - start)
-        unscored = not_finite(outcome.score, outcome.instance_scores)
+        unscored = not_finite(outcome.score, outcome.instance_scores, outcome.descriptors)
         if unscored:
             return EvalResult(program_id, split, Status.INVALID, error=unscored, duration_s=time.monotonic() - start)
         return EvalResult(program_id, split, Status.OK, score=outcome.score,
@@ -76,10 +76,13 @@ class Evaluator:
         return outcome
 
 
-def not_finite(score, instance_scores) -> str:
-    """Why a domain's outcome cannot be a score ('' if it can): a score or an instance's score that is
-    not a finite number (a program that drives a simulator to an overflow), which no ranking can hold."""
-    for what, value in (("score", score), *((f"score on instance {i}", v) for i, v in enumerate(instance_scores))):
+def not_finite(score, instance_scores, descriptors=()) -> str:
+    """Why a domain's outcome cannot be a score ('' if it can): a score, an instance's score or a behaviour
+    descriptor that is not a finite number (a program that drives a simulator, or the spread of its
+    actions, to an overflow), which no ranking or MAP-Elites grid can hold."""
+    values = (("score", score), *((f"score on instance {i}", v) for i, v in enumerate(instance_scores)),
+              *((f"behaviour descriptor {i}", v) for i, v in enumerate(descriptors)))
+    for what, value in values:
         try:
             if math.isfinite(value):
                 continue

@@ -309,6 +309,17 @@ def test_a_score_that_is_not_a_finite_number_is_an_invalid_result_never_a_score(
         assert result.status == Status.INVALID and result.score is None and needle in result.error, result
 
 
+def test_a_behaviour_descriptor_that_is_not_a_finite_number_is_an_invalid_result(tmp_path):
+    """A program acting 1e200 in a domain with unbounded actions overflowed its actions' spread (the
+    descriptor) to NaN: left OK, a MAP-Elites island refused the member and the run stopped with a traceback.
+    Such a result is INVALID, with the reason, like a score that is not finite."""
+    domain = _config(tmp_path, REACH.replace("action_bounds = (-10.0, 10.0)", "action_bounds = None"))
+    huge = "def act(state, params):\n    return 1e200\n"
+    result = _evaluate(domain, huge)
+    assert result.status == Status.INVALID and "behaviour descriptor 1 for it is nan" in result.error, result
+    assert _evaluate(domain, "def act(state, params):\n    return 1e100\n").status == Status.OK
+
+
 # A domain of the user's own where remembering pays: each of two steps, the point is pushed by an amount
 # of the instance's (unknown to the policy, seen only afterwards in where the point lands).
 DRIFT = '''\
