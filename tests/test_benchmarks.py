@@ -99,6 +99,9 @@ SLOW = {
                      (r"^now\s+median of 1: ray.init NUM s, two actors ready NUM s, shutdown NUM s",)),
     "throughput.py": (["--evaluations", 2], (r"^evaluations/s: 1 actor NUM, 2 actors NUM \(speed-up NUMx",)),
     "report_again.py": (["--rounds", 1], (r"^this tree: atoll report on a finished run, median of 1: NUM s",)),
+    # no sleep in the evaluations: the rate of the sandbox and the driver alone, with no ideal to compare
+    "cluster_scale.py": (["--actors", 1, "--nodes", 1, "--cpus-per-node", 1, "--cost", 0, "--rounds", 1],
+                         (r"^\s+1\s+NUM\s+NUM\s+nan\s+nan%\s+NUM\s+NUM%\s+NUM\s+1$",)),
     "ctrl_c_stress.py": (["--rounds", 1, "--from", 3, "--to", 3],
                          (r"^round 1: exit -?\d+ \w+", r"^\s+-?\d+\s+\w+\s+1$")),
     "loop_overhead.py": (["--proposals", 5, "--work-ms", 0],
