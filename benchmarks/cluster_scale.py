@@ -121,7 +121,7 @@ def measure(args, actors: int, folder: Path) -> dict:
     rate = float(np.polyfit(times - times[0], np.arange(len(window)), 1)[0])
     cpu_per = float(np.polyfit(np.arange(len(window)), cpus, 1)[0])
     duration = sum(m[3] for m in window) / len(window)  # as the evaluator measured it: sleep plus sandbox
-    ideal = actors / args.cost if not args.instant else float("nan")
+    ideal = actors / args.cost if args.cost > 0 and not args.instant else float("nan")  # no sleep: no ideal
     return {"actors": actors, "evals": len(window), "rate": rate, "ideal": ideal, "efficiency": rate / ideal,
             "cpu_ms": 1000 * cpu_per, "eval_s": duration, "busy": rate * duration / actors, "nodes": len({m[2] for m in after})}
 
