@@ -403,3 +403,32 @@ def test_a_command_to_a_search_that_just_ended_says_so_not_that_it_is_out_of_rea
     assert refused.returncode == 2 and refused.stderr.strip() == (
         f"atoll: {tmp_path}: the search has ended (interrupted): its driver is finishing and takes no more "
         f"commands; `atoll status {tmp_path}` shows where it stands"), refused.stderr
+
+
+def test_a_raced_child_is_a_raced_event_and_never_counted_as_a_failure(tmp_path):
+    """Racing stops a child that is clearly worse than its parent: a partial evaluation, which `atoll status`
+    counts apart from failures. The control plane called it a failure: `atoll watch` showed "failures RACED 5"
+    and a `failure` event for each raced child."""
+    from tests.controller.test_racing_cli import CONFIG as RACING
+    from tests.controller.test_racing_cli import DOMAIN as TARGETS
+
+    (tmp_path / "targets.py").write_text(TARGETS)
+    (tmp_path / "racing.toml").write_text(RACING)
+    run_dir = tmp_path / "run"
+    proc = start(tmp_path, "run", tmp_path / "racing.toml", "--run-dir", run_dir, "--no-report",
+                 "--set", "run.max_evals=100000")
+    try:
+        wait_for("control.json", lambda: control.read_record(run_dir), proc, limit=180)
+        with ControlClient(run_dir) as client:
+            events: list = []
+            follow(client, events)
+            wait_for("a raced child in the archive", lambda: run_query(
+                run_dir, "SELECT count(*) FROM evaluations WHERE status = 'RACED'")[1][0][0], proc)
+            wait_for("its event", lambda: [d for k, d in events if d.get("status") == "RACED"], proc)
+            failures = {f.kind for f in client.status().failures}
+            client.call("Stop", pb.StopRequest())
+        proc.wait(timeout=120)
+    finally:
+        kill_group(proc)
+    assert "RACED" not in failures
+    assert {k for k, d in events if d.get("status") == "RACED"} == {"raced"}
