@@ -22,6 +22,7 @@ import re
 import shlex
 import shutil
 import socket
+import stat
 import sys
 import tempfile
 import time
@@ -43,7 +44,26 @@ METADATA_KEY = "atoll_run_dir"
 # work, commits, updates the library and says how to resume in more than that. Its kill -9 loses
 # nothing committed, but the user would not see the resume line.
 STOP_WAIT_S = 60
-NOT_SENT = shutil.ignore_patterns(*EXCLUDES)  # (folder, names) -> the names left out, as copytree asks
+_EXCLUDED = shutil.ignore_patterns(*EXCLUDES)  # (folder, names) -> the names EXCLUDES leaves out
+
+
+def not_sent(base: str, names: list[str]) -> set[str]:
+    """The names in folder `base` that stay on this machine (as copytree's `ignore` asks): what EXCLUDES
+    names, what is neither a file nor a folder (a crashed run's archive.sock, a FIFO, a dangling link),
+    and every run directory (a folder holding archive.duckdb), whatever its name: a live run's
+    control.json holds its control token, and a socket stopped the job's folder with a traceback."""
+    left = set(_EXCLUDED(base, names))
+    for name in set(names) - left:
+        path = os.path.join(base, name)
+        try:
+            mode = os.stat(path).st_mode  # through a link, as copytree copies it
+        except OSError:
+            left.add(name)
+            continue
+        run_dir = stat.S_ISDIR(mode) and os.path.exists(os.path.join(path, "archive.duckdb"))
+        if run_dir or not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+            left.add(name)
+    return left
 
 
 def project_root() -> Path:
@@ -266,8 +286,18 @@ def working_dir(config_path: Path | None, domain_path: str | None):
         for name in PACKAGES:
             shutil.copytree(project_root() / name, stage / name, ignore=shutil.ignore_patterns("__pycache__"))
         if folder is not None:
-            shutil.copytree(folder, stage / "job", ignore=NOT_SENT)
+            _copy_job_folder(folder, stage / "job")
         yield stage, f"job/{config_path.name}" if config_path is not None else None
+
+
+def _copy_job_folder(folder: Path, to: Path) -> None:
+    """The config's folder into the job's (what `not_sent` names left out); a file that cannot be read is one line."""
+    try:
+        shutil.copytree(folder, to, ignore=not_sent)
+    except OSError as exc:  # shutil.Error: [(source, copy, why naming the source), ...]
+        why = exc.args[0][0][2] if isinstance(exc, shutil.Error) else str(exc)
+        raise UserError(f"cannot send the config's folder {folder} with the job: {why}; make what it holds readable "
+                        "by you, or put the config and its domain file in a folder of their own") from None
 
 
 def _inside(path: Path, folder: Path) -> bool:
@@ -279,8 +309,8 @@ def _folder_size(folder: Path, enough: int) -> int:
     (a config in one's home folder would otherwise walk all of it)."""
     total = 0
     for base, dirs, files in os.walk(folder):
-        dirs[:] = [d for d in dirs if d not in NOT_SENT(base, dirs)]
-        for name in set(files) - NOT_SENT(base, files):
+        dirs[:] = [d for d in dirs if d not in not_sent(base, dirs)]
+        for name in set(files) - not_sent(base, files):
             with contextlib.suppress(OSError):
                 total += os.lstat(os.path.join(base, name)).st_size
             if total > enough:
