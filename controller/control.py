@@ -104,9 +104,15 @@ def checked(token: str, what: str) -> str:
     return token
 
 
+def address_of(host: str, port: int) -> str:
+    """HOST:PORT as gRPC reads it: an IPv6 address in brackets ("::1:5000" is no address to gRPC, so a
+    run bound to control.host = "::1" could be steered by nobody)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def write_record(run_dir: Path, setup: Setup, port: int) -> None:
     """RUN_DIR/control.json, readable by the owner only (temp file and `os.replace`)."""
-    record = {"address": f"{setup.host}:{port}", "pid": os.getpid(),
+    record = {"address": address_of(setup.host, port), "pid": os.getpid(),
               "token": setup.token if setup.own else None,  # a user's own token is never written here
               "token_from": "this file" if setup.own else f"{TOKEN_ENV} or --token-file"}
     tmp = run_dir / f".{RECORD}.{os.getpid()}"

@@ -432,3 +432,30 @@ def test_a_raced_child_is_a_raced_event_and_never_counted_as_a_failure(tmp_path)
         kill_group(proc)
     assert "RACED" not in failures
     assert {k for k, d in events if d.get("status") == "RACED"} == {"raced"}
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as sock:
+            sock.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback here")
+def test_a_run_bound_to_the_ipv6_loopback_can_be_steered(tmp_path):
+    """control.host = "::1" is a loopback address, so the run started without a token of the user's; its
+    control.json gave the address as ::1:PORT, which gRPC cannot parse, and every command said the live
+    run's control plane could not be reached from here (another network namespace, a firewall)."""
+    (tmp_path / "archive.duckdb").touch()  # a run directory, for the client
+    steering, done = Steering(), threading.Event()
+    threading.Thread(target=_answering, args=(steering, done), daemon=True).start()
+    try:
+        with ControlPlane(control.Setup("::1", 0, "t" * 24, True), tmp_path, steering) as plane, \
+                ControlClient(tmp_path) as client:
+            paused = _answer(lambda: client.call("Pause", pb.PauseRequest()).message)
+    finally:
+        done.set()
+    assert paused == "pause done"
+    assert plane.address.startswith("[::1]:")
