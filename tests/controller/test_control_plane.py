@@ -459,3 +459,17 @@ def test_a_run_bound_to_the_ipv6_loopback_can_be_steered(tmp_path):
         done.set()
     assert paused == "pause done"
     assert plane.address.startswith("[::1]:")
+
+
+def test_a_command_to_a_driver_that_serves_no_control_plane_says_so_not_that_none_runs(tmp_path):
+    """While its driver writes the held-out report (or starts, or runs with control.enabled = false) a run
+    has no control.json, and `atoll stop` said "no driver is running it now" of a driver running for minutes."""
+    from store.duckdb_archive import DuckDBArchive
+
+    with DuckDBArchive(tmp_path / "archive.duckdb"):  # this process: the driver, its search ended
+        held = atoll(tmp_path, "stop", tmp_path, timeout=60)
+    gone = atoll(tmp_path, "stop", tmp_path, timeout=60)
+    assert held.returncode == 2 and held.stderr.count("\n") == 1, held.stderr
+    assert "a process holds the run's archive (its driver, or `atoll report`) but serves no control plane now" \
+        in held.stderr and "no driver is running it" not in held.stderr, held.stderr
+    assert gone.returncode == 2 and "the run is not live (no driver is running it now)" in gone.stderr, gone.stderr
