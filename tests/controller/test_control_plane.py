@@ -473,3 +473,17 @@ def test_a_command_to_a_driver_that_serves_no_control_plane_says_so_not_that_non
     assert "a process holds the run's archive (its driver, or `atoll report`) but serves no control plane now" \
         in held.stderr and "no driver is running it" not in held.stderr, held.stderr
     assert gone.returncode == 2 and "the run is not live (no driver is running it now)" in gone.stderr, gone.stderr
+
+
+def test_watch_s_status_line_in_a_log_says_whether_the_run_is_paused():
+    """Into a file or a pipe `atoll watch` prints a status line every few seconds: a paused run's said nothing of
+    the pause (only evaluations that no longer moved), for whoever joined after the `paused` event."""
+    from controller.control_server import status_reply
+    from controller.watch import status_line
+
+    status = {"run_id": "r", "evaluations": 7, "elapsed_s": 3.0, "evals_per_s": 0.0, "proposals_per_s": 0.0,
+              "in_flight": 0, "best": -1.5, "islands": [-1.5, None], "failures": {}, "protections": ["rlimits"],
+              "budgets": [("evaluations", 7, 50), ("wall_s", 3.0, 240.0)]}
+    paused, running = (status_line(status_reply({**status, "paused": p})) for p in (True, False))
+    assert "state paused " in paused and "state running " in running
+    assert "evaluations 7 / 50" in paused and "island 0 best" not in paused and "rlimits" not in paused
