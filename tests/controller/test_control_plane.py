@@ -487,3 +487,17 @@ def test_watch_s_status_line_in_a_log_says_whether_the_run_is_paused():
     paused, running = (status_line(status_reply({**status, "paused": p})) for p in (True, False))
     assert "state paused " in paused and "state running " in running
     assert "evaluations 7 / 50" in paused and "island 0 best" not in paused and "rlimits" not in paused
+
+
+def test_a_budget_of_thousands_of_digits_is_refused_in_one_line_and_the_run_goes_on(tmp_path):
+    """`atoll set RUN run.max_evals=999...` (5,000 digits) raised Python's ValueError for integer strings that
+    long in the run loop, which ended the live run with a traceback; `atoll run --set` with it was one too."""
+    from controller.config import load_config
+    from controller.helm import budget_change
+    from controller.steering import Refused
+
+    huge = "9" * 5000
+    with pytest.raises(Refused, match="run.max_evals: Unable to parse input string as an integer"):
+        budget_change(load_config(CONFIG, [])[0], "run.max_evals", huge, 0)
+    out = atoll(tmp_path, "run", CONFIG, "--set", f"run.max_evals={huge}", "--run-dir", tmp_path / "r", timeout=60)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "run.max_evals" in out.stderr, out.stderr[-500:]
