@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 import tomllib
+import urllib.parse
 import uuid
 from pathlib import Path, PurePosixPath
 
@@ -85,6 +86,8 @@ def client(address: str):
     which Ray finds the job server), unless nothing listens there at all.
     """
     _token_auth_if_token_found()
+    if _silent_ray_client(address):
+        raise UserError(f"--address {address}: {NO_JOB_SERVER}")
     from ray.job_submission import JobSubmissionClient
 
     first = None
@@ -108,6 +111,17 @@ def _bare(address: str) -> bool:
     return re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[^/:\[\]]+):\d{1,5}", address) is not None
 
 
+def _silent_ray_client(address: str) -> bool:
+    """A Ray Client address (ray://HOST, port 10001 unless given) where nothing accepts a connection:
+    Ray waited 30 s for it and printed lines of its own before the one line saying so."""
+    parts = urllib.parse.urlsplit(address)
+    try:
+        port = parts.port or 10001
+    except ValueError:
+        return False  # Ray says what is wrong with it
+    return parts.scheme == "ray" and parts.hostname is not None and not _listens(f"[{parts.hostname}]:{port}")
+
+
 def _listens(address: str) -> bool:
     """Whether anything accepts a connection at HOST:PORT."""
     host, _, port = address.rpartition(":")
@@ -127,8 +141,11 @@ def _why(exc: Exception) -> str:
     if _token_refused(exc):
         return ("the cluster refused this client's token; put the head node's ~/.ray/auth_token in the same "
                 "place here, or set RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH)")
-    return ("no Ray cluster's job server answers there; start one with `ray start --head` (its dashboard serves "
-            "jobs on port 8265), or give the head's address, e.g. --address http://HEAD:8265")
+    return NO_JOB_SERVER
+
+
+NO_JOB_SERVER = ("no Ray cluster's job server answers there; start one with `ray start --head` (its dashboard serves "
+                 "jobs on port 8265), or give the head's address, e.g. --address http://HEAD:8265")
 
 
 def _token_auth_if_token_found() -> None:

@@ -263,8 +263,10 @@ def test_in_a_ray_job_a_relative_run_dir_is_refused(tmp_path):
     assert out.returncode == 2 and "lies in Ray's copy of the working directory" in out.stderr, out.stderr
 
 
-def test_submit_says_in_one_line_when_no_cluster_answers(tmp_path):
-    out = atoll(tmp_path, "submit", CONFIG, "--address", "http://127.0.0.1:9", timeout=60)
+@pytest.mark.parametrize("address", ["http://127.0.0.1:9", "ray://127.0.0.1:9"])
+def test_submit_says_in_one_line_when_no_cluster_answers(tmp_path, address):
+    """A Ray Client address (ray://) where nothing listens took 30 s and Ray's own lines before this one."""
+    out = atoll(tmp_path, "submit", CONFIG, "--address", address, timeout=20)
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0 and "no Ray cluster's job server answers there" in out.stderr
 
