@@ -133,8 +133,11 @@ class ControlPlane:
     def __enter__(self) -> "ControlPlane":
         if self.setup is None:
             return self
+        # no SO_REUSEPORT (gRPC sets it by default): two runs given one control.port both bound it, and the
+        # kernel shared the connections between them, so `atoll stop A` stopped run B where they had one token
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="atoll-control"),
-                                  interceptors=[_TokenCheck(self.setup.token)], maximum_concurrent_rpcs=64)
+                                  interceptors=[_TokenCheck(self.setup.token)], maximum_concurrent_rpcs=64,
+                                  options=[("grpc.so_reuseport", 0)])
         rpc.add_ControlServicer_to_server(ControlService(self.steering), self.server)
         port = self._bind()
         self.address = control.address_of(self.setup.host, port)

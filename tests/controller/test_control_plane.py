@@ -501,3 +501,21 @@ def test_a_budget_of_thousands_of_digits_is_refused_in_one_line_and_the_run_goes
         budget_change(load_config(CONFIG, [])[0], "run.max_evals", huge, 0)
     out = atoll(tmp_path, "run", CONFIG, "--set", f"run.max_evals={huge}", "--run-dir", tmp_path / "r", timeout=60)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "run.max_evals" in out.stderr, out.stderr[-500:]
+
+
+def test_two_runs_given_one_control_port_never_share_it(tmp_path):
+    """gRPC binds with SO_REUSEPORT: a second run given the same control.port bound it too, the kernel shared
+    the connections between the two drivers, and with the user's one token `atoll stop A` stopped run B."""
+    from workers.llm.local_server import free_port
+
+    port, first, second = free_port(), tmp_path / "a", tmp_path / "b"
+    for run_dir in (first, second):
+        run_dir.mkdir()
+    with ControlPlane(control.Setup("127.0.0.1", port, TOKEN, False), first, Steering()):
+        with pytest.raises(UserError, match=f"cannot bind 127.0.0.1:{port} for the control plane"):
+            control.prepare(control.ControlConfig(port=port))  # before the second run exists
+        with pytest.raises(UserError, match=f"cannot bind 127.0.0.1:{port} for the control plane"), \
+                ControlPlane(control.Setup("127.0.0.1", port, TOKEN, False), second, Steering()):
+            pass  # and should the port be taken between the check and the bind
+    assert not (second / control.RECORD).exists()
+    assert control.prepare(control.ControlConfig(port=port)).port == port  # free again once the first ended
