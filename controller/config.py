@@ -141,7 +141,7 @@ def parse_override(item: str) -> tuple[list[str], object]:
     key, raw = item.split("=", 1)
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
+    except ValueError:  # TOMLDecodeError, or an integer of more than 4,300 digits, which crashed a live run's `set`
         value = raw
     return [part.strip() for part in key.split(".")], value
 

@@ -15,6 +15,7 @@ import ipaddress
 import json
 import os
 import secrets
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +35,8 @@ class ControlConfig(BaseModel):
     enabled: bool = Field(True, description="Serve the control plane while the search runs.")
     host: str = Field("127.0.0.1", min_length=1, description="Address to bind. Anything but a loopback address "
                       f"needs a token: {TOKEN_ENV} or control.token_file.")
-    port: int = Field(0, ge=0, le=65535, description="Port to bind; 0 picks a free one.")
+    port: int = Field(0, ge=0, le=65535, description="Port to bind; 0 picks a free one. One in use "
+                      "(another run's, say) is refused before the run starts: runs never share a port.")
     token_file: str | None = Field(None, description="File holding the token every request must carry "
                                    f"(at least {MIN_TOKEN_CHARS} characters); overrides {TOKEN_ENV}.")
 
@@ -82,7 +84,23 @@ def prepare(config: ControlConfig) -> Setup | None:
         raise _user_error(f"control.host={config.host} is not a loopback address, so the control plane needs a "
                         f"token: put one of at least {MIN_TOKEN_CHARS} characters in {TOKEN_ENV} or in a file "
                         "named by control.token_file (or keep control.host=127.0.0.1)")
+    if config.port:
+        check_bindable(config.host, config.port)
     return Setup(config.host, config.port, given or secrets.token_urlsafe(24), given is None)
+
+
+def check_bindable(host: str, port: int) -> None:
+    """One line, before the run exists, where control.host:control.port cannot be bound: in use (another run's
+    control plane, say) or not an address of this machine. The server binds without SO_REUSEPORT, so a run
+    never shares its port with another (`control_server.ControlPlane`)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC: a closed run's port is free
+            sock.bind(address)
+    except OSError as exc:
+        raise _user_error(f"control.port: cannot bind {address_of(host, port)} for the control plane "
+                          f"({exc.strerror or exc}): give another control.port, or 0 for a free one") from None
 
 
 def read_token(path: Path, what: str) -> str:
@@ -104,9 +122,15 @@ def checked(token: str, what: str) -> str:
     return token
 
 
+def address_of(host: str, port: int) -> str:
+    """HOST:PORT as gRPC reads it: an IPv6 address in brackets ("::1:5000" is no address to gRPC, so a
+    run bound to control.host = "::1" could be steered by nobody)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def write_record(run_dir: Path, setup: Setup, port: int) -> None:
     """RUN_DIR/control.json, readable by the owner only (temp file and `os.replace`)."""
-    record = {"address": f"{setup.host}:{port}", "pid": os.getpid(),
+    record = {"address": address_of(setup.host, port), "pid": os.getpid(),
               "token": setup.token if setup.own else None,  # a user's own token is never written here
               "token_from": "this file" if setup.own else f"{TOKEN_ENV} or --token-file"}
     tmp = run_dir / f".{RECORD}.{os.getpid()}"

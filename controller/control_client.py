@@ -31,6 +31,20 @@ def not_live(run_dir: Path, why: str = "") -> UserError:
                      f"`atoll status {run_dir}` shows where it stands")
 
 
+def no_control_plane(run_dir: Path) -> UserError:
+    """The line for a run with no live control.json: not live, unless a process holds its archive (its
+    driver before its search began or while it writes the held-out report, a run started with
+    control.enabled = false, or `atoll report`), which was said to be "no driver is running it now"."""
+    from controller.rundir import driver_holds
+
+    if not driver_holds(run_dir):
+        return not_live(run_dir)
+    return NotLive(f"{run_dir}: a process holds the run's archive (its driver, or `atoll report`) but serves no "
+                   "control plane now: the search has not begun yet, or it has ended and the held-out report is "
+                   "being written, or the run was started with control.enabled = false. Ctrl-C in the driver's "
+                   f"terminal stops it with everything finished kept; `atoll status {run_dir}` shows where it stands")
+
+
 def not_readable(run_dir: Path) -> UserError | None:
     """The line for a live run whose control.json (mode 0600) this user may not read: another user's
     run was said to be "not live" while it ran. None where the record is readable, or the run not live."""
@@ -80,7 +94,7 @@ class ControlClient:
             raise UserError(f"{self.run_dir} is not a run directory (no archive.duckdb in it)")
         record = control.read_record(self.run_dir)
         if record is None:
-            raise not_readable(self.run_dir) or not_live(self.run_dir)
+            raise not_readable(self.run_dir) or no_control_plane(self.run_dir)
         token = token or record.get("token")
         if not token and os.environ.get(control.TOKEN_ENV):
             token = control.checked(os.environ[control.TOKEN_ENV].strip(), control.TOKEN_ENV)

@@ -133,25 +133,28 @@ class ControlPlane:
     def __enter__(self) -> "ControlPlane":
         if self.setup is None:
             return self
+        # no SO_REUSEPORT (gRPC sets it by default): two runs given one control.port both bound it, and the
+        # kernel shared the connections between them, so `atoll stop A` stopped run B where they had one token
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="atoll-control"),
-                                  interceptors=[_TokenCheck(self.setup.token)], maximum_concurrent_rpcs=64)
+                                  interceptors=[_TokenCheck(self.setup.token)], maximum_concurrent_rpcs=64,
+                                  options=[("grpc.so_reuseport", 0)])
         rpc.add_ControlServicer_to_server(ControlService(self.steering), self.server)
         port = self._bind()
-        self.address = f"{self.setup.host}:{port}"
+        self.address = control.address_of(self.setup.host, port)
         self.server.start()
         control.write_record(self.run_dir, self.setup, port)
         return self
 
     def _bind(self) -> int:
-        host = f"[{self.setup.host}]" if ":" in self.setup.host else self.setup.host
+        where = control.address_of(self.setup.host, self.setup.port)
         try:
-            port = self.server.add_insecure_port(f"{host}:{self.setup.port}")
+            port = self.server.add_insecure_port(where)
         except RuntimeError:
             port = 0
         if not port:
             from controller.cli import UserError
 
-            raise UserError(f"control.host/control.port: cannot bind {host}:{self.setup.port} for the control "
+            raise UserError(f"control.host/control.port: cannot bind {where} for the control "
                             "plane (in use, or not an address of this machine)")
         return port
 

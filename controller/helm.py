@@ -35,8 +35,8 @@ class Helm:
         self._paused_s = 0.0
         self._samples: deque = deque()  # (monotonic time, evaluations, proposals), one a second
         self.failure_kinds = Counter(dict(archive.con.execute(
-            "SELECT status, count(*) FROM evaluations WHERE run_id = ? AND split = 'search' AND status <> ? "
-            "GROUP BY status", [run_id, Status.OK.value]).fetchall()))
+            "SELECT status, count(*) FROM evaluations WHERE run_id = ? AND split = 'search' AND status NOT IN (?, ?) "
+            "GROUP BY status", [run_id, Status.OK.value, Status.RACED.value]).fetchall()))
         row = archive.con.execute("SELECT protections FROM runs WHERE run_id = ?", [run_id]).fetchall()
         self.protections = list(row[0][0] or []) if row else []
 
@@ -120,15 +120,23 @@ class Helm:
 
     # --- events ------------------------------------------------------------------------
     def on_commit(self, search) -> None:
-        """Publish what this batch committed: its events, its failed evaluations and the LLM budget."""
+        """Publish what this batch committed: its events, its failed and raced evaluations and the LLM budget.
+
+        A raced evaluation (stopped early as worse than its parent) is a "raced" event, never a failure,
+        as `atoll status` counts it; the failure counts are of search evaluations, as a resume counts them."""
         for kind, detail in search.events:
             self.steering.publish(kind, detail)
         for candidate, result in search.results:
-            if result.status != Status.OK:
+            if result.status == Status.OK:
+                continue
+            detail = {"program_id": candidate.program_id, "island": candidate.island, "split": result.split,
+                      "status": result.status.value, "error": (result.error or "")[:300]}
+            if result.status == Status.RACED:
+                self.steering.publish("raced", detail)
+                continue
+            if result.split == "search":
                 self.failure_kinds[result.status.value] += 1
-                self.steering.publish("failure", {"program_id": candidate.program_id, "island": candidate.island,
-                                                  "status": result.status.value,
-                                                  "error": (result.error or "")[:300]})
+            self.steering.publish("failure", detail)
         if search.proposals.rows:
             budget = search.proposals.budget
             self.steering.publish("llm-budget", {"calls": budget.calls, "tokens": budget.tokens,

@@ -22,10 +22,12 @@ import re
 import shlex
 import shutil
 import socket
+import stat
 import sys
 import tempfile
 import time
 import tomllib
+import urllib.parse
 import uuid
 from pathlib import Path, PurePosixPath
 
@@ -43,7 +45,26 @@ METADATA_KEY = "atoll_run_dir"
 # work, commits, updates the library and says how to resume in more than that. Its kill -9 loses
 # nothing committed, but the user would not see the resume line.
 STOP_WAIT_S = 60
-NOT_SENT = shutil.ignore_patterns(*EXCLUDES)  # (folder, names) -> the names left out, as copytree asks
+_EXCLUDED = shutil.ignore_patterns(*EXCLUDES)  # (folder, names) -> the names EXCLUDES leaves out
+
+
+def not_sent(base: str, names: list[str]) -> set[str]:
+    """The names in folder `base` that stay on this machine (as copytree's `ignore` asks): what EXCLUDES
+    names, what is neither a file nor a folder (a crashed run's archive.sock, a FIFO, a dangling link),
+    and every run directory (a folder holding archive.duckdb), whatever its name: a live run's
+    control.json holds its control token, and a socket stopped the job's folder with a traceback."""
+    left = set(_EXCLUDED(base, names))
+    for name in set(names) - left:
+        path = os.path.join(base, name)
+        try:
+            mode = os.stat(path).st_mode  # through a link, as copytree copies it
+        except OSError:
+            left.add(name)
+            continue
+        run_dir = stat.S_ISDIR(mode) and os.path.exists(os.path.join(path, "archive.duckdb"))
+        if run_dir or not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+            left.add(name)
+    return left
 
 
 def project_root() -> Path:
@@ -65,6 +86,8 @@ def client(address: str):
     which Ray finds the job server), unless nothing listens there at all.
     """
     _token_auth_if_token_found()
+    if _silent_ray_client(address):
+        raise UserError(f"--address {address}: {NO_JOB_SERVER}")
     from ray.job_submission import JobSubmissionClient
 
     first = None
@@ -88,6 +111,17 @@ def _bare(address: str) -> bool:
     return re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[^/:\[\]]+):\d{1,5}", address) is not None
 
 
+def _silent_ray_client(address: str) -> bool:
+    """A Ray Client address (ray://HOST, port 10001 unless given) where nothing accepts a connection:
+    Ray waited 30 s for it and printed lines of its own before the one line saying so."""
+    parts = urllib.parse.urlsplit(address)
+    try:
+        port = parts.port or 10001
+    except ValueError:
+        return False  # Ray says what is wrong with it
+    return parts.scheme == "ray" and parts.hostname is not None and not _listens(f"[{parts.hostname}]:{port}")
+
+
 def _listens(address: str) -> bool:
     """Whether anything accepts a connection at HOST:PORT."""
     host, _, port = address.rpartition(":")
@@ -107,8 +141,11 @@ def _why(exc: Exception) -> str:
     if _token_refused(exc):
         return ("the cluster refused this client's token; put the head node's ~/.ray/auth_token in the same "
                 "place here, or set RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH)")
-    return ("no Ray cluster's job server answers there; start one with `ray start --head` (its dashboard serves "
-            "jobs on port 8265), or give the head's address, e.g. --address http://HEAD:8265")
+    return NO_JOB_SERVER
+
+
+NO_JOB_SERVER = ("no Ray cluster's job server answers there; start one with `ray start --head` (its dashboard serves "
+                 "jobs on port 8265), or give the head's address, e.g. --address http://HEAD:8265")
 
 
 def _token_auth_if_token_found() -> None:
@@ -266,8 +303,18 @@ def working_dir(config_path: Path | None, domain_path: str | None):
         for name in PACKAGES:
             shutil.copytree(project_root() / name, stage / name, ignore=shutil.ignore_patterns("__pycache__"))
         if folder is not None:
-            shutil.copytree(folder, stage / "job", ignore=NOT_SENT)
+            _copy_job_folder(folder, stage / "job")
         yield stage, f"job/{config_path.name}" if config_path is not None else None
+
+
+def _copy_job_folder(folder: Path, to: Path) -> None:
+    """The config's folder into the job's (what `not_sent` names left out); a file that cannot be read is one line."""
+    try:
+        shutil.copytree(folder, to, ignore=not_sent)
+    except OSError as exc:  # shutil.Error: [(source, copy, why naming the source), ...]
+        why = exc.args[0][0][2] if isinstance(exc, shutil.Error) else str(exc)
+        raise UserError(f"cannot send the config's folder {folder} with the job: {why}; make what it holds readable "
+                        "by you, or put the config and its domain file in a folder of their own") from None
 
 
 def _inside(path: Path, folder: Path) -> bool:
@@ -279,8 +326,8 @@ def _folder_size(folder: Path, enough: int) -> int:
     (a config in one's home folder would otherwise walk all of it)."""
     total = 0
     for base, dirs, files in os.walk(folder):
-        dirs[:] = [d for d in dirs if d not in NOT_SENT(base, dirs)]
-        for name in set(files) - NOT_SENT(base, files):
+        dirs[:] = [d for d in dirs if d not in not_sent(base, dirs)]
+        for name in set(files) - not_sent(base, files):
             with contextlib.suppress(OSError):
                 total += os.lstat(os.path.join(base, name)).st_size
             if total > enough:

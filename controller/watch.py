@@ -124,7 +124,9 @@ def status_rows(s) -> list[tuple[str, str]]:
 
 
 def status_line(s) -> str:
-    shown = {"state", "run", "sandbox"} | {f"island {i.island} best" for i in s.islands}
+    """The status as one line for a log: its state first (a paused run's line said nothing of the pause, only
+    that nothing moved), then the budgets, rates, best and failures; not the run, islands or sandbox."""
+    shown = {"run", "sandbox"} | {f"island {i.island} best" for i in s.islands}
     return time.strftime("%H:%M:%S ") + "  ".join(f"{k} {v}" for k, v in status_rows(s) if k not in shown)
 
 

@@ -403,3 +403,119 @@ def test_a_command_to_a_search_that_just_ended_says_so_not_that_it_is_out_of_rea
     assert refused.returncode == 2 and refused.stderr.strip() == (
         f"atoll: {tmp_path}: the search has ended (interrupted): its driver is finishing and takes no more "
         f"commands; `atoll status {tmp_path}` shows where it stands"), refused.stderr
+
+
+def test_a_raced_child_is_a_raced_event_and_never_counted_as_a_failure(tmp_path):
+    """Racing stops a child that is clearly worse than its parent: a partial evaluation, which `atoll status`
+    counts apart from failures. The control plane called it a failure: `atoll watch` showed "failures RACED 5"
+    and a `failure` event for each raced child."""
+    from tests.controller.test_racing_cli import CONFIG as RACING
+    from tests.controller.test_racing_cli import DOMAIN as TARGETS
+
+    (tmp_path / "targets.py").write_text(TARGETS)
+    (tmp_path / "racing.toml").write_text(RACING)
+    run_dir = tmp_path / "run"
+    proc = start(tmp_path, "run", tmp_path / "racing.toml", "--run-dir", run_dir, "--no-report",
+                 "--set", "run.max_evals=100000")
+    try:
+        wait_for("control.json", lambda: control.read_record(run_dir), proc, limit=180)
+        with ControlClient(run_dir) as client:
+            events: list = []
+            follow(client, events)
+            wait_for("a raced child in the archive", lambda: run_query(
+                run_dir, "SELECT count(*) FROM evaluations WHERE status = 'RACED'")[1][0][0], proc)
+            wait_for("its event", lambda: [d for k, d in events if d.get("status") == "RACED"], proc)
+            failures = {f.kind for f in client.status().failures}
+            client.call("Stop", pb.StopRequest())
+        proc.wait(timeout=120)
+    finally:
+        kill_group(proc)
+    assert "RACED" not in failures
+    assert {k for k, d in events if d.get("status") == "RACED"} == {"raced"}
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as sock:
+            sock.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback here")
+def test_a_run_bound_to_the_ipv6_loopback_can_be_steered(tmp_path):
+    """control.host = "::1" is a loopback address, so the run started without a token of the user's; its
+    control.json gave the address as ::1:PORT, which gRPC cannot parse, and every command said the live
+    run's control plane could not be reached from here (another network namespace, a firewall)."""
+    (tmp_path / "archive.duckdb").touch()  # a run directory, for the client
+    steering, done = Steering(), threading.Event()
+    threading.Thread(target=_answering, args=(steering, done), daemon=True).start()
+    try:
+        with ControlPlane(control.Setup("::1", 0, "t" * 24, True), tmp_path, steering) as plane, \
+                ControlClient(tmp_path) as client:
+            paused = _answer(lambda: client.call("Pause", pb.PauseRequest()).message)
+    finally:
+        done.set()
+    assert paused == "pause done"
+    assert plane.address.startswith("[::1]:")
+
+
+def test_a_command_to_a_driver_that_serves_no_control_plane_says_so_not_that_none_runs(tmp_path):
+    """While its driver writes the held-out report (or starts, or runs with control.enabled = false) a run
+    has no control.json, and `atoll stop` said "no driver is running it now" of a driver running for minutes."""
+    from store.duckdb_archive import DuckDBArchive
+
+    with DuckDBArchive(tmp_path / "archive.duckdb"):  # this process: the driver, its search ended
+        held = atoll(tmp_path, "stop", tmp_path, timeout=60)
+    gone = atoll(tmp_path, "stop", tmp_path, timeout=60)
+    assert held.returncode == 2 and held.stderr.count("\n") == 1, held.stderr
+    assert "a process holds the run's archive (its driver, or `atoll report`) but serves no control plane now" \
+        in held.stderr and "no driver is running it" not in held.stderr, held.stderr
+    assert gone.returncode == 2 and "the run is not live (no driver is running it now)" in gone.stderr, gone.stderr
+
+
+def test_watch_s_status_line_in_a_log_says_whether_the_run_is_paused():
+    """Into a file or a pipe `atoll watch` prints a status line every few seconds: a paused run's said nothing of
+    the pause (only evaluations that no longer moved), for whoever joined after the `paused` event."""
+    from controller.control_server import status_reply
+    from controller.watch import status_line
+
+    status = {"run_id": "r", "evaluations": 7, "elapsed_s": 3.0, "evals_per_s": 0.0, "proposals_per_s": 0.0,
+              "in_flight": 0, "best": -1.5, "islands": [-1.5, None], "failures": {}, "protections": ["rlimits"],
+              "budgets": [("evaluations", 7, 50), ("wall_s", 3.0, 240.0)]}
+    paused, running = (status_line(status_reply({**status, "paused": p})) for p in (True, False))
+    assert "state paused " in paused and "state running " in running
+    assert "evaluations 7 / 50" in paused and "island 0 best" not in paused and "rlimits" not in paused
+
+
+def test_a_budget_of_thousands_of_digits_is_refused_in_one_line_and_the_run_goes_on(tmp_path):
+    """`atoll set RUN run.max_evals=999...` (5,000 digits) raised Python's ValueError for integer strings that
+    long in the run loop, which ended the live run with a traceback; `atoll run --set` with it was one too."""
+    from controller.config import load_config
+    from controller.helm import budget_change
+    from controller.steering import Refused
+
+    huge = "9" * 5000
+    with pytest.raises(Refused, match="run.max_evals: Unable to parse input string as an integer"):
+        budget_change(load_config(CONFIG, [])[0], "run.max_evals", huge, 0)
+    out = atoll(tmp_path, "run", CONFIG, "--set", f"run.max_evals={huge}", "--run-dir", tmp_path / "r", timeout=60)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "run.max_evals" in out.stderr, out.stderr[-500:]
+
+
+def test_two_runs_given_one_control_port_never_share_it(tmp_path):
+    """gRPC binds with SO_REUSEPORT: a second run given the same control.port bound it too, the kernel shared
+    the connections between the two drivers, and with the user's one token `atoll stop A` stopped run B."""
+    from workers.llm.local_server import free_port
+
+    port, first, second = free_port(), tmp_path / "a", tmp_path / "b"
+    for run_dir in (first, second):
+        run_dir.mkdir()
+    with ControlPlane(control.Setup("127.0.0.1", port, TOKEN, False), first, Steering()):
+        with pytest.raises(UserError, match=f"cannot bind 127.0.0.1:{port} for the control plane"):
+            control.prepare(control.ControlConfig(port=port))  # before the second run exists
+        with pytest.raises(UserError, match=f"cannot bind 127.0.0.1:{port} for the control plane"), \
+                ControlPlane(control.Setup("127.0.0.1", port, TOKEN, False), second, Steering()):
+            pass  # and should the port be taken between the check and the bind
+    assert not (second / control.RECORD).exists()
+    assert control.prepare(control.ControlConfig(port=port)).port == port  # free again once the first ended

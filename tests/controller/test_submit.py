@@ -8,6 +8,7 @@ import os
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -262,8 +263,10 @@ def test_in_a_ray_job_a_relative_run_dir_is_refused(tmp_path):
     assert out.returncode == 2 and "lies in Ray's copy of the working directory" in out.stderr, out.stderr
 
 
-def test_submit_says_in_one_line_when_no_cluster_answers(tmp_path):
-    out = atoll(tmp_path, "submit", CONFIG, "--address", "http://127.0.0.1:9", timeout=60)
+@pytest.mark.parametrize("address", ["http://127.0.0.1:9", "ray://127.0.0.1:9"])
+def test_submit_says_in_one_line_when_no_cluster_answers(tmp_path, address):
+    """A Ray Client address (ray://) where nothing listens took 30 s and Ray's own lines before this one."""
+    out = atoll(tmp_path, "submit", CONFIG, "--address", address, timeout=20)
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0 and "no Ray cluster's job server answers there" in out.stderr
 
@@ -363,6 +366,26 @@ def test_an_api_key_file_that_would_travel_with_the_job_is_refused_before_anythi
     config.write_text(text.replace('api_key_env = "ATOLL_API_KEY"', f'api_key_file = "{tmp_path / "key.txt"}"'))
     out = atoll(tmp_path, "submit", config, "--address", "http://127.0.0.1:9", timeout=60)
     assert out.returncode == 2 and "no Ray cluster's job server answers there" in out.stderr, out.stderr
+
+
+def test_a_run_directory_a_socket_or_a_fifo_beside_the_config_stays_on_this_machine(tmp_path, monkeypatch):
+    """A crashed run beside the config left its archive.sock there: making the job's folder stopped with a
+    traceback (shutil.Error), and a live run's control.json (its control token) went to the cluster."""
+    from controller import submit
+
+    mine = tmp_path / "mine"
+    (mine / "r1").mkdir(parents=True)
+    (mine / "c.toml").write_text("")
+    (mine / "d.py").write_text("")
+    (mine / "r1" / "archive.duckdb").write_bytes(b"")
+    (mine / "r1" / "control.json").write_text('{"token": "the-run-s-own-control-token"}')
+    os.mkfifo(mine / "pipe")
+    monkeypatch.chdir(mine / "r1")  # a socket's path has at most 107 bytes
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind("archive.sock")
+        with submit.working_dir(mine / "c.toml", str(mine / "d.py")) as (folder, shipped):
+            sent = sorted(p.relative_to(folder / "job").as_posix() for p in (folder / "job").rglob("*"))
+    assert shipped == "job/c.toml" and sent == ["c.toml", "d.py"]
 
 
 def test_a_config_folder_too_big_to_send_is_refused_before_anything_is_sent(tmp_path, monkeypatch):
