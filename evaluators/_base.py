@@ -57,6 +57,23 @@ class CandidateError(Exception):
         self.reason = reason
 
 
+class DoesNotHoldUp(CandidateError):
+    """A validation result the domain refuses because the program does not hold up there (inventory: a
+    policy that does not work off a disturbed start): INVALID, so the report does not crown it
+    (`controller/crowning.py`). A weak baseline may meet it too; `atoll check` says so and passes, where
+    any other failure of a baseline fails. Its reason starts with MARK."""
+
+    MARK = "does not hold up on the validation split: "
+
+    def __init__(self, reason: str):
+        super().__init__(Status.INVALID, self.MARK + reason)
+
+    @classmethod
+    def marks(cls, error: str | None) -> bool:
+        """Whether an evaluation's `error` is such a refusal."""
+        return (error or "").startswith(cls.MARK)
+
+
 @dataclass(frozen=True)
 class Outcome:
     """What a domain measured for one program on one split (score: higher is better)."""

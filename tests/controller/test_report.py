@@ -261,7 +261,7 @@ def test_the_report_does_not_crown_a_best_that_runs_away_on_the_validation_split
     out = console.export_text()
     assert EVOLVED not in first and "every program checked failed on the validation split" in out, out
     assert stored["status"] == "INVALID" and "runs away" in stored["error"]
-    assert "[atoll] validation: program runaway is not crowned: INVALID: instance " in out, out
+    assert "[atoll] validation: program runaway is not crowned: INVALID: does not hold up on the validation split: instance " in out, out
     assert results[EVOLVED].program_id == "seed", out  # --again checked the timed-out seed once more
     best = atoll(tmp_path, "best", run_dir)
     assert best.returncode == 0 and best.stdout.startswith("best program seed: search score -1,"), best.stdout

@@ -5,7 +5,7 @@ import ast
 import pydantic
 import pytest
 
-from evaluators._base import SPLITS
+from evaluators._base import SPLITS, DoesNotHoldUp
 from evaluators.sandbox.config import SandboxConfig
 from evaluators.evaluator import Evaluator
 from evaluators.params import read_params
@@ -81,13 +81,9 @@ def test_every_baseline_scores_ok_on_every_split(scored):
     for name, code in evaluator.domain.baselines().items():
         for split in ("search", "validation"):
             result = evaluator.evaluate(f"b-{name}", code, split)
-            if (evaluator.domain.name, name, split) == ("inventory", "constant order", "validation") and \
-                    result.status == Status.INVALID:
-                # it ignores its stock, so it works off the validation's disturbed start only as fast as its
-                # tuned rate (4 trials) falls short of the demand: within these tiny options' 20 warm-up and 50
-                # measured periods it can cost over twice base-stock's (`Inventory._check_stable`); with the
-                # defaults (200 and 250) it passes
-                assert "runs away" in result.error, result.error
+            if split == "validation" and result.status == Status.INVALID and DoesNotHoldUp.marks(result.error):
+                # a weak baseline may fail the gate that keeps a program from being crowned (inventory's constant
+                # order ignores its stock and works off the disturbed start slowly); `atoll check` says so
                 continue
             assert result.status == Status.OK, (name, split, result.error)
 

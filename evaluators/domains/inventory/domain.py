@@ -38,10 +38,10 @@ from evaluators.domains.inventory.history import DemandHistory, bootstrap
 from evaluators.domains.inventory.programs import BASELINES, MOTIFS, SEED_PROGRAM
 from evaluators.domains.inventory.simulation import (Block, Simulator, Tuned, Tuner, base_stock_policy,
                                                      demand_matrix)
-from evaluators._base import CandidateError, Domain, Outcome, PolicyFn, check_split
+from evaluators._base import Domain, DoesNotHoldUp, Outcome, PolicyFn, check_split
 from evaluators.params import ParamSpec
 from evaluators.userdata import distinct, hidden
-from store.records import EvalResult, Status
+from store.records import EvalResult
 
 # An instance whose validation cost is this many times optimized base-stock's has run away
 # (`Inventory._check_stable`): tuned programs come within a few percent of it, and a policy whose
@@ -266,11 +266,12 @@ class Inventory(Domain):
         for spec, t, ratio in zip(specs, tuned, _cost_ratios(tuned, base)):
             if ratio > RUNAWAY:
                 start = self.start_stock(self.measure_demand(spec, "validation"), "validation")
-                raise CandidateError(Status.INVALID, (
+                raise DoesNotHoldUp(
                     f"instance {spec.key}: on the validation split's {len(t.stats.cost)} fresh trajectories of "
                     f"{self.measured_periods('validation')} periods, starting with {start} units on "
                     f"hand, the tuned policy cost {ratio:.3g} times optimized base-stock's (more than {RUNAWAY:g}): it "
-                    "runs away over long horizons or from a high stock (stock or orders diverging)"))
+                    f"works off a high stock too slowly (not within the {self.config.warmup} warm-up periods) or "
+                    "never, or runs away over long horizons (stock or orders diverging)")
 
     def _measure(self, policy: PolicyFn, specs: list[InstanceSpec], values: list[dict], split: str) -> list:
         """Each instance's parameter `values` on its fresh trajectories of `split`, in a single pass."""

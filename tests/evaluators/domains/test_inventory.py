@@ -5,12 +5,13 @@ import numpy as np
 import pytest
 
 from evaluators.domains.inventory import dp as inventory_dp
-from evaluators._base import CandidateError
+from evaluators._base import CandidateError, DoesNotHoldUp
+from evaluators.check import Checker
 from evaluators.sandbox.config import SandboxConfig
 from evaluators.evaluator import Evaluator
 from evaluators.domains.inventory.domain import BASELINES, Block, InstanceSpec, base_stock_policy
 from evaluators.params import read_params
-from evaluators.registry import get_domain
+from evaluators.registry import DomainConfig, get_domain
 from evaluators.secrets import RunSecrets
 from store.records import Status
 
@@ -341,3 +342,19 @@ def test_a_policy_that_runs_away_past_the_search_horizon_is_invalid_on_the_valid
     assert re.search(rf"of {periods} periods, starting with {start} units on hand, the tuned policy cost", validation.error)
     assert "runs away" in validation.error
     assert evaluator.evaluate("seed", seed, "validation").status == Status.OK
+
+
+def test_atoll_check_passes_the_constant_order_baseline_that_does_not_hold_up_on_validation_saying_so():
+    """Constant order ignores its stock, so it works off the validation's disturbed start only as fast as its
+    rate falls short of the demand: the runaway check refuses it there (`atoll check configs/inventory.toml`
+    failed on poisson-L1-p19, 6.5 times base-stock's, and exited 1 for the domain's own baseline). The check
+    now passes it and says why; any other failure of a baseline still fails."""
+    options = dict(TINY, search_instances=[{"lead_time": 1, "penalty": 19, "demand": "poisson"}])
+    checker = Checker(DomainConfig(name="inventory", options=options), SandboxConfig(wall_s=60))
+    checks = {check.name: check for check in checker.baselines_score()}
+    constant = checker.baselines["constant order"]
+    assert constant["validation"].status == Status.INVALID and DoesNotHoldUp.marks(constant["validation"].error)
+    assert "runs away" in constant["validation"].error
+    check = checks["baseline 'constant order' scores OK on every split"]
+    assert check.passed and "validation: does not hold up, so it would not be crowned" in check.detail, check
+    assert all(check.passed for check in checks.values()), checks
