@@ -93,6 +93,39 @@ def policy(state, params):
     return np.full(rows, 100.0)
 '''
 
+REPLAY = '''\
+import numpy as np
+
+PARAMS = {"level": (15.0, 0.0, 80.0)}
+SEEN = {}  # (lead time, penalty) -> {period: demand of each fresh trajectory}, read in the last tuning round
+NOW = {"period": None, "called": {}}
+
+
+def policy(state, params):
+    """The last tuning round carries the fresh trajectories as a second block of each instance: overstock
+    them, read their demand off the stock, and order -1 once on every row, so the best's rows there are
+    out of range; the pass that then measures the best on those trajectories alone is ordered exactly."""
+    rows, t, lead = len(state["on_hand"]), int(state["period"]), int(state["lead_time"])
+    key = (lead, float(state["penalty"]))
+    if NOW["period"] != t:
+        NOW["period"], NOW["called"] = t, {}
+    if key in NOW["called"]:  # the fresh rows of the last round: candidate 0's rows come first
+        reps = rows - NOW["called"][key]
+        seen = SEEN.setdefault(key, {"previous": None})
+        if seen["previous"] is not None:
+            seen[t - 1] = (seen["previous"] - state["on_hand"])[:reps]
+        seen["previous"] = state["on_hand"] + state["pipeline"][:, 0]
+        return np.full(rows, -1.0 if t == 1 else 100.0)
+    NOW["called"][key] = rows
+    seen = SEEN.get(key)
+    if seen is not None and rows == len(seen.get(0, ())):  # the fresh trajectories again, alone
+        stock = state["on_hand"].astype(float)
+        for k in range(lead):
+            stock = np.maximum(stock + state["pipeline"][:, k] - seen.get(t + k, 0), 0)
+        return np.maximum(seen.get(t + lead, np.zeros(rows)) - stock, 0)
+    return np.maximum(params["level"] - state["on_hand"] - state["pipeline"].sum(axis=1), 0)
+'''
+
 NAN = "import numpy as np\n\ndef policy(state, params):\n    return np.full(len(state['on_hand']), np.nan)\n"
 NEGATIVE = "import numpy as np\n\ndef policy(state, params):\n    return -5.0 * np.ones(len(state['on_hand']))\n"
 HUGE = "import numpy as np\n\ndef policy(state, params):\n    return np.full(len(state['on_hand']), 1e300)\n"
@@ -174,3 +207,14 @@ def test_demand_remembered_from_a_tuning_round_does_not_buy_a_score(evaluator, h
     result = evaluator.evaluate("foresight", FORESIGHT, "search")
     assert seed.status == result.status == Status.OK, (seed.error, result.error)
     assert result.score < seed.score
+
+
+def test_demand_read_off_the_fresh_rows_does_not_buy_a_score_when_the_best_is_measured_again(evaluator):
+    """A best whose rows ordered out of range on the search score's fresh trajectories was measured again in a
+    pass of its own, on those trajectories, by the process that had just met them: this program watched them
+    in the last round, spoiled its rows there, and was scored -0.03 on the shipped config (base-stock -1,
+    the DP optimum about -0.94). Now such a best is INVALID with the reason, as that pass made an honest one."""
+    seed = evaluator.evaluate("seed", evaluator.domain.seed_program, "search")
+    result = evaluator.evaluate("replay", REPLAY, "search")
+    assert seed.status == Status.OK, seed.error
+    assert result.status == Status.INVALID and "fresh trajectories" in result.error, (result.score, seed.score)

@@ -247,8 +247,8 @@ class Inventory(Domain):
             fresh = [self.measure_demand(s, split) for s in specs] if split == "search" else None
             tuned = self.tuner.tune(policy, params, specs, tuning, [self.tuner_seed(s, split) for s in specs],
                                     trials, fresh)
-        # validation, held-out, no PARAMS, or a best whose orders left the range on the fresh data (this pass
-        # then says so)
+        # validation, held-out, or no PARAMS: the fresh trajectories in a pass of their own (on search they ran in
+        # the last tuning round, and are never run again: see Tuner._winner)
         pending = [i for i, t in enumerate(tuned) if t.measured is None]
         runs = self._measure(policy, [specs[i] for i in pending], [tuned[i].values for i in pending], split)
         measured = dict(zip(pending, runs))

@@ -159,7 +159,7 @@ class Tuned:
     values: dict[str, float]
     stats: RowStats
     out_of_range: int = 0  # tuning trials that failed with an order out of range
-    measured: RowStats | None = None  # its rows on the fresh trajectories, where the last round measured them
+    measured: RowStats | None = None  # its rows on the fresh trajectories, where the last round ran them
 
 
 class Tuner:
@@ -175,7 +175,7 @@ class Tuner:
 
         With `fresh` (per instance, trajectories as long as `demands`), the last round also runs every
         trial that could still be the best (its own and the best before it) on them, in the same
-        pass: `measured` is then the best's rows there, or None where they ordered out of range.
+        pass: `measured` is then the best's rows there; a best that ordered out of range there is INVALID.
         """
         cfg = self.config
         if not params:
@@ -201,8 +201,8 @@ class Tuner:
                 best[i] = self._tell(study, ts, st, best[i], len(demands[i]), gone)
                 first[i], failed[i] = first[i] or v.first, failed[i] + len(gone)
             if last:
-                measured = [self._winner(b, c, st, v, len(f)) for b, c, st, v, f in
-                            zip(best, candidates, results[len(blocks):], violations[len(blocks):], fresh)]
+                measured = [self._winner(spec, b, c, st, v, len(f)) for spec, b, c, st, v, f in
+                            zip(specs, best, candidates, results[len(blocks):], violations[len(blocks):], fresh)]
             if start == 0:  # the first round: the defaults, then a scrambled Sobol design
                 for study, seed in zip(studies, seeds):
                     study.sampler = EliteSampler(seed=seed)
@@ -218,14 +218,21 @@ class Tuner:
         return Block(spec, np.tile(fresh, (len(candidates), 1)), values)
 
     @staticmethod
-    def _winner(best: Tuned | None, candidates: list[dict], stats: RowStats, marks: tuning.OutOfRange,
+    def _winner(spec, best: Tuned | None, candidates: list[dict], stats: RowStats, marks: tuning.OutOfRange,
                 reps: int) -> RowStats | None:
-        """The best's rows on the fresh trajectories; None if there is no best or they left the range."""
+        """The best's rows on the fresh trajectories; None if there is no best. Rows of the best that left the
+        range there make the program INVALID: they run once, so no later pass may measure the best on them
+        (the process has met them: a program that read their demand, then spoiled its rows on purpose,
+        was scored with hindsight there)."""
         if best is None:
             return None
         k = candidates.index(best.values)
         rows = slice(k * reps, (k + 1) * reps)
-        return None if marks.any(rows) else stats.rows(rows)
+        if marks.any(rows):
+            raise CandidateError(Status.INVALID, f"instance {spec.key}: the tuned PARAMS ordered out of range on "
+                                                 "the fresh trajectories of the search score (the first such order "
+                                                 f"of the round, of any trial: {marks.first})")
+        return stats.rows(rows)
 
     @staticmethod
     def _block(spec, demand, trials, params) -> Block:
