@@ -21,6 +21,14 @@ def _rows(path: Path, keep: int) -> None:
     path.write_text("\n".join(path.read_text().splitlines()[:keep]) + "\n")
 
 
+def _no_early_demand(path: Path, item: str, periods: int) -> None:
+    """The long demand file with `item` selling nothing in its first `periods` periods (a newer product)."""
+    header, *rows = path.read_text().splitlines()
+    cut = [r.split(",") for r in rows]
+    rows = [f"{t},{i},0" if i == item and int(t) <= periods else f"{t},{i},{d}" for t, i, d in cut]
+    path.write_text("\n".join([header, *rows]) + "\n")
+
+
 def _long_without_an_asset(path: Path) -> None:
     """The wide prices file rewritten long (date, asset, price), its third row's asset left empty."""
     header, *rows = path.read_text().splitlines()
@@ -67,6 +75,10 @@ CASES = {
     "inventory: too few periods": (INVENTORY, lambda d: _rows(d / "demand.csv", 41),
                                    r"demand\.csv has 20 periods: with heldout_share 0\.3 and block 7, the search "
                                    r"part has 14 and the held-out part 6, and each needs at least 14"),
+    "inventory: an item without demand in the search part": (  # every program's score was NaN, the seed's too
+        INVENTORY, lambda d: _no_early_demand(d / "demand.csv", "nuts", 90),
+        (r"item 'nuts' has no demand in the first 84 periods of .*demand\.csv \(the search part\): base-stock "
+         r"costs nothing there")),
     "milp: no folder": (MILP, lambda d: os.rename(d / "instances", d / "elsewhere"),
                         r"domain\.options\.instances: folder .*instances does not exist"),
     "milp: no instances": (MILP, lambda d: [p.unlink() for p in (d / "instances").iterdir()],

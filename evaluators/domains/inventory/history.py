@@ -59,6 +59,11 @@ class DemandHistory(UserData):
             raise ValueError(f"{self.path} has {n} periods: with heldout_share {self.heldout_share:g} and block "
                              f"{self.block}, the search part has {cut} and the held-out part {n - cut}, and each "
                              f"needs at least {need} (two blocks); give a longer history or a smaller block")
+        idle = [item for item in self.chosen() if not demand[names.index(item), :cut].any()]
+        if idle:
+            raise ValueError(f"item {idle[0]!r} has no demand in the first {cut} periods of {self.path} (the search "
+                             "part): base-stock costs nothing there, so no policy's cost can be set against it; "
+                             "leave it out of items or give a history in which it sells early on")
         return self
 
     def cut(self, periods: int) -> int:
