@@ -102,7 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
                                        "its source, score and gain, and with --diff what each step changed")
     lineage.add_argument("run_dir", help="a run directory, or an archive file (a backup, or its copy in "
                                          "controller.backup_dir)")
-    lineage.add_argument("program", nargs="?", help="a program id, or the start of one (default: the run's best)")
+    lineage.add_argument("program", nargs="?", help="a program id, or the start of one (default: the run's best, "
+                                                    "as atoll best names it)")
     lineage.add_argument("--diff", action="store_true", help="also print each step's diff from its parent")
     lineage.add_argument("--whole", action="store_true", help="also print what the steps changed together: one "
                                                               "diff from the root (or the parent of the first step "
