@@ -36,8 +36,9 @@ EPILOG = """examples:
   atoll submit configs/inventory.toml --address http://HEAD:8265   the search as a Ray job on a cluster
   atoll jobs --address http://HEAD:8265             Atoll's jobs there, with their run directories
 
-shipped configs (configs/*.toml): inventory; milp_setcover, milp_cauctions, milp_facility,
-milp_indset; control_lunarlander, control_pendulum, control_mountaincar; trading_sp500,
+shipped configs (configs/*.toml): inventory, inventory_llm (a local model on the CPU),
+inventory_api (a hosted model), inventory_vllm (vLLM on GPUs); milp_setcover, milp_cauctions,
+milp_facility, milp_indset; control_lunarlander, control_pendulum, control_mountaincar; trading_sp500,
 trading_synthetic, trading_null"""
 
 
@@ -102,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
                                        "its source, score and gain, and with --diff what each step changed")
     lineage.add_argument("run_dir", help="a run directory, or an archive file (a backup, or its copy in "
                                          "controller.backup_dir)")
-    lineage.add_argument("program", nargs="?", help="a program id, or the start of one (default: the run's best)")
+    lineage.add_argument("program", nargs="?", help="a program id, or the start of one (default: the run's best, "
+                                                    "as atoll best names it)")
     lineage.add_argument("--diff", action="store_true", help="also print each step's diff from its parent")
     lineage.add_argument("--whole", action="store_true", help="also print what the steps changed together: one "
                                                               "diff from the root (or the parent of the first step "
@@ -146,14 +148,16 @@ def build_parser() -> argparse.ArgumentParser:
     skills.add_argument("--retire", metavar="SKILL_ID", help="retire a skill: kept, never retrieved again")
     skills.add_argument("--all", action="store_true", help="include retired skills")
     base = _command(sub, "baselines", "score the domain's baselines on the held-out split")
-    base.add_argument("config")
-    base.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    base.add_argument("config", help="TOML config naming the domain, e.g. configs/inventory.toml")
+    base.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                      help="override a config value (repeatable), e.g. domain.options.heldout_tune_trials=32")
     new = _command(sub, "new-domain", "write a working example domain of your own (a file, a config, a test)")
     new.add_argument("name", help="the domain's name: lowercase letters, digits, underscores")
     new.add_argument("--dir", help="where to write it (default ./NAME)")
     check = _command(sub, "check", "check that a config's domain keeps the contract (real sandbox, no Ray)")
     check.add_argument("config", help="TOML config naming the domain, e.g. pricing/pricing.toml")
-    check.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    check.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                       help="override a config value (repeatable), e.g. domain.options.search_instances=4")
     _control_parsers(sub)
     _add_cluster_commands(sub)
     return parser

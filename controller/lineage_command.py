@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from controller.cli import UserError
+from controller.crowning import BEST_FIRST, PASSED_OVER, SEARCH_JOIN, SEARCH_OK
 from controller.read_commands import console, json_line, print_rows, query_run
 from controller.terminal import visible
 from store.readonly import first_line
@@ -67,12 +68,12 @@ def cmd_lineage(args) -> int:
 
 
 def _program(run_dir: Path, given: str | None) -> tuple[str, str | None]:
-    """The program asked for (an id, or a prefix of exactly one), else the run's best; and the read's note."""
+    """The program asked for (an id, or a prefix of exactly one), else the run's best as `atoll best` and the
+    report crown it (the best search score whose validation did not fail); and the read's note."""
     if given is None:
         _, rows, note = query_run(run_dir, (
-            "SELECT p.program_id FROM programs p JOIN evaluations s ON s.program_id = p.program_id "
-            "AND s.split = 'search' WHERE s.status = 'OK' AND p.mutator NOT LIKE 'baseline:%' "
-            "ORDER BY s.score DESC, p.seq LIMIT 1"))
+            f"SELECT p.program_id FROM {SEARCH_JOIN} WHERE {SEARCH_OK} ORDER BY {PASSED_OVER}, "
+            f"{BEST_FIRST.removeprefix('ORDER BY ')} LIMIT 1"))
         if not rows:
             raise UserError(f"{run_dir} has no successfully evaluated program yet; name one: atoll lineage "
                             f"{run_dir} PROGRAM_ID")

@@ -107,3 +107,14 @@ def test_lineage_of_an_unknown_or_ambiguous_id_says_so_in_one_line(tmp_path, ato
         archive.create_run("r1", {})
     out = atoll_cli("lineage", str(empty), check=False)
     assert out.returncode == 2 and "has no successfully evaluated program yet" in out.stderr, out.stderr
+
+
+def test_lineage_by_default_shows_the_program_atoll_best_names(tmp_path, atoll_cli):
+    """`atoll best` ends with "how it was made: atoll lineage DIR --diff": that must be its program's lineage,
+    not that of a better-scored program whose validation failed (which the report and `best` pass over)."""
+    run_dir = _run(tmp_path / "run")
+    with DuckDBArchive(run_dir / "archive.duckdb") as archive:
+        archive.record_evaluations([EvalResult("a300", "validation", Status.INVALID, error="runs away")], "r1")
+    assert atoll_cli("best", str(run_dir)).stdout.startswith("best program b100:")
+    out = atoll_cli("lineage", str(run_dir)).stdout
+    assert out.startswith("program b100: search score -2; 1 step from s000 (seed)\n"), out

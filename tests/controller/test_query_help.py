@@ -43,3 +43,21 @@ def test_every_command_s_own_help_says_what_it_does():
     for entry in commands._choices_actions:
         text = commands.choices[entry.dest].format_help()
         assert entry.help[1:].split()[0] in text.split("\n\n")[1], (entry.dest, text[:300])
+
+
+def test_every_argument_has_help_and_the_help_names_every_shipped_config():
+    """A positional or option shown bare in `atoll X --help` leaves the user guessing; and the config list
+    that `atoll --help` ends with is where a user looks for the LLM configs too."""
+    import argparse
+    from pathlib import Path
+
+    from controller.cli import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if a.dest == "command")
+    bare = [(name, action.option_strings or action.dest) for name, sub in commands.choices.items()
+            for action in sub._actions if not isinstance(action, argparse._HelpAction) and not action.help]
+    assert not bare, f"arguments without help text: {bare}"
+    listed = parser.format_help().split("shipped configs", 1)[1].replace("\n", " ")
+    shipped = sorted(p.stem for p in (Path(__file__).parents[2] / "configs").glob("*.toml"))
+    assert [name for name in shipped if f" {name}" not in listed.replace(",", " ").replace(";", " ")] == []
