@@ -39,9 +39,14 @@ SELECT p.run_id, p.run_dir, p.program_id, p.mutator, s.score AS search_score, h.
 FROM all_programs p
 JOIN all_evaluations s ON s.program_id = p.program_id AND s.split = 'search'
 LEFT JOIN all_evaluations h ON h.program_id = p.program_id AND h.split = 'heldout'
+LEFT JOIN (SELECT DISTINCT program_id FROM all_evaluations WHERE split = 'validation' AND status <> 'OK') f
+       ON f.program_id = p.program_id
 WHERE s.status = 'OK' AND p.mutator NOT LIKE 'baseline:%'
-QUALIFY row_number() OVER (PARTITION BY p.run_id ORDER BY s.score DESC, length(p.code), p.seq) = 1
+QUALIFY row_number() OVER (PARTITION BY p.run_id
+                           ORDER BY f.program_id IS NOT NULL, s.score DESC, length(p.code), p.seq) = 1
 """
+# best_per_run: the program `atoll best` and the report crown (controller/crowning.py): the best search score
+# whose validation did not fail (one whose validation failed only where every program's did)
 
 
 def _retrying(seconds: float) -> Retrying:

@@ -55,6 +55,16 @@ def test_views_answer_across_every_known_run(tmp_path, library):
         ("a", "completed"), ("b", "completed")]
 
 
+def test_best_per_run_is_the_program_atoll_best_names_passing_over_a_failed_validation(tmp_path, library):
+    """best_per_run gave the top search score, whose validation was INVALID, where `atoll best` and the
+    report crown the next one; it now passes it over the same way."""
+    run_dir = _run(tmp_path, "a", [-1.0, -0.9, -0.95], library)
+    with DuckDBArchive(run_dir / "archive.duckdb") as archive:
+        archive.record_evaluations([EvalResult("a-1", "validation", Status.INVALID, error="runs away"),
+                                    EvalResult("a-2", "validation", Status.OK, score=-1.0)], "a")
+    assert run_library_query(library, "SELECT program_id, search_score FROM best_per_run")[1] == [("a-2", -0.95)]
+
+
 def test_an_empty_library_still_has_every_view(library):
     for view in ("all_programs", "all_evaluations", "all_lineage", "all_events", "best_per_run", "skills",
                  "skill_efficacy", "elites", "prompt_variant_success"):
