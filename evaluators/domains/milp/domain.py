@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from evaluators.domains.milp import instances as milp_instances
 from evaluators.domains.milp import report as milp_report
-from evaluators._base import Domain, Outcome, PolicyFn, check_split, renew
+from evaluators._base import Domain, Outcome, PolicyFn, check_split, renew, retire
 from evaluators.domains.milp.programs import BASELINES, MOTIFS, SEED_PROGRAM
 from evaluators.domains.milp.scip import BUILTIN_RULES, SolveRecord, solve
 from evaluators.domains.milp.user_instances import InstanceFolder
@@ -236,10 +236,16 @@ class Milp(Domain):
         return [self._solve_program(policy, values, run) for run in runs]
 
     def _solve_program(self, policy, values, run: Run) -> SolveRecord:
-        """One solve of `run` with the program, in a process of it that remembers no earlier solve."""
+        """One solve of `run` with the program, in a process of it that remembers no earlier solve.
+
+        Its process is stopped once the solve ends: SCIP's default, timed next (paired, or cached
+        after the first runs), never runs beside the program, which could slow it.
+        """
         renew(policy)
-        return solve(run.path, run.shift, self.config.time_limit_s, policy=policy, params=values,
-                     clock=self.config.clock)
+        record = solve(run.path, run.shift, self.config.time_limit_s, policy=policy, params=values,
+                       clock=self.config.clock)
+        retire(policy)
+        return record
 
     def _tune(self, policy, params, runs, split):
         """Optuna (TPE, seeded from the split's secret) over PARAMS; the first trial is the written defaults."""

@@ -166,6 +166,29 @@ def test_instances_and_scip_seeds_derive_from_the_run_secrets():
     assert [r.shift for r in other.runs("search")] != [r.shift for r in runs["search"]]
 
 
+@pytest.mark.parametrize("options", [{}, {"search_default": "cached"}, {"tune_trials": 2}],
+                         ids=["paired", "cached", "tuned"])
+def test_no_process_of_the_program_runs_while_scip_default_is_timed(monkeypatch, options):
+    """A program that loads the machine between its solves (a child it forked, code run at load)
+    would slow the default it is compared with: its process is stopped before each default solve."""
+    from evaluators.domains.milp import domain as milp_domain
+
+    seen, alive_at_default = [], []
+
+    def spy(path, scip_seed, time_limit_s, builtin=None, policy=None, **kw):
+        if policy is not None:
+            seen.append(policy)
+        elif builtin is None:
+            alive_at_default.append(any(p.alive for p in seen))
+        return solve(path, scip_seed, time_limit_s, builtin=builtin, policy=policy, **kw)
+
+    monkeypatch.setattr(milp_domain, "solve", spy)
+    evaluator = Evaluator("milp", dict(TINY, **options), SandboxConfig(wall_s=60), secrets=FIXED)
+    result = evaluator.evaluate("seed", evaluator.domain.seed_program, "search")
+    assert result.status == Status.OK, result.error
+    assert seen and alive_at_default and not any(alive_at_default), alive_at_default
+
+
 def test_validation_scores_like_search_on_instances_of_its_own(evaluator):
     search = evaluator.evaluate("pscost", BASELINES["pscost"], "search")
     validation = evaluator.evaluate("pscost", BASELINES["pscost"], "validation")
