@@ -189,6 +189,31 @@ def test_no_process_of_the_program_runs_while_scip_default_is_timed(monkeypatch,
     assert seen and alive_at_default and not any(alive_at_default), alive_at_default
 
 
+def test_a_tuned_program_is_scored_on_a_pass_of_its_own_against_the_paired_default(monkeypatch):
+    """The best trial's times are the least of several noisy measurements: they pick the values,
+    and one more pass with them, each run paired with SCIP default, is the score."""
+    from evaluators.domains.milp import domain as milp_domain
+
+    solves = []
+
+    def spy(path, scip_seed, time_limit_s, builtin=None, policy=None, params=None, **kw):
+        record = solve(path, scip_seed, time_limit_s, builtin=builtin, policy=policy, params=params, **kw)
+        solves.append(("program" if policy is not None else "default", params, record))
+        return record
+
+    monkeypatch.setattr(milp_domain, "solve", spy)
+    evaluator = Evaluator("milp", dict(TINY, tune_trials=3), SandboxConfig(wall_s=90), secrets=FIXED)
+    result = evaluator.evaluate("seed", evaluator.domain.seed_program, "search")
+    assert result.status == Status.OK, result.error
+    runs = len(evaluator.domain.runs("search"))
+    assert [kind for kind, _, _ in solves].count("program") == 4 * runs  # three trials, then the scored pass
+    last = solves[-2 * runs:]
+    assert [kind for kind, _, _ in last] == ["program", "default"] * runs
+    assert all(params == result.tuned_params for kind, params, _ in last if kind == "program")
+    scored = [v for row in result.metrics["per_run"] for v in (row["time_s"], row["default_time_s"])]
+    assert scored == pytest.approx([record.time_s for _, _, record in last], abs=0.01)  # per_run rounds
+
+
 def test_validation_scores_like_search_on_instances_of_its_own(evaluator):
     search = evaluator.evaluate("pscost", BASELINES["pscost"], "search")
     validation = evaluator.evaluate("pscost", BASELINES["pscost"], "validation")
