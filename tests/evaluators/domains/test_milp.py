@@ -122,6 +122,31 @@ def test_the_cpu_clock_charges_the_wait_on_the_policy():
         solve(path, 0, 60, clock="sundial")
 
 
+def spinning(seconds):
+    """An in-process rule that spends `seconds` of this process's user time per decision (as the channel
+    does, on a smaller scale, packing requests and reading replies)."""
+    import resource
+
+    def policy(batches):
+        end, x = resource.getrusage(resource.RUSAGE_SELF).ru_utime + seconds, 0
+        while resource.getrusage(resource.RUSAGE_SELF).ru_utime < end:
+            for i in range(20_000):
+                x += i
+        return [state["infeasibility"] for state, _ in batches]
+    return policy
+
+
+def test_the_cpu_clock_charges_the_trusted_sides_own_work_in_a_call_once():
+    """SCIP's CPU clock (this process's user time) already holds what the evaluator's process spends
+    in user mode inside a policy call; adding the call's whole wait on top charged that work twice."""
+    path = str(milp_instances.instance_path("setcover", "fast", 1))
+    base = solve(path, 0, 60, policy=sleepy(0.0))
+    spun = solve(path, 0, 60, policy=spinning(0.03))
+    assert base.solved and spun.solved and spun.nodes == base.nodes and spun.calls == base.calls > 5
+    extra, waited, spent = spun.time_s - base.time_s, spun.policy_s - base.policy_s, 0.03 * spun.calls
+    assert abs(extra - waited) < spent / 2, (extra, waited, spent)  # extra was waited + spent: charged twice
+
+
 @pytest.mark.parametrize("clock", ["cpu", "wall"])
 def test_a_slow_rule_is_stopped_at_the_time_limit_on_either_clock(clock):
     path = str(milp_instances.instance_path("setcover", "fast", 1))
