@@ -11,6 +11,9 @@ A candidate cannot learn what its score depends on: a domain that shows it the
 same data twice in one evaluation (a tuning round over instances already played,
 another seed of a solve) calls `renew(policy)` before each later pass, so the
 program answers it in a process that remembers nothing of the earlier ones.
+A domain that times something of its own between passes (SCIP's default rule on
+the run just played) calls `retire(policy)` first, so no process of the program,
+not even one that has just loaded, can load the machine while that is timed.
 """
 from __future__ import annotations
 
@@ -46,6 +49,18 @@ def renew(policy: PolicyFn) -> None:
     fresh = getattr(policy, "renew", None)
     if callable(fresh):
         fresh()
+
+
+def retire(policy: PolicyFn) -> None:
+    """Stop `policy`'s process until the next `renew` or call, where it runs in one (a plain callable: nothing).
+
+    A program's process (or what it started) could otherwise burn CPU and memory bandwidth
+    while the trusted side times a reference on the same machine, and score against a
+    slowed reference.
+    """
+    stop = getattr(policy, "retire", None)
+    if callable(stop):
+        stop()
 
 
 class CandidateError(Exception):

@@ -94,6 +94,7 @@ class PolicyProcess:
         self.missing: dict[str, str] = {}  # protection -> why it does not hold
         self.calls = 0
         self._seen = False  # the current process has been sent a batch
+        self._retired = False  # its process was stopped by `retire`; the next `renew` or call starts one
         self._pid: int | None = None
         self._server: server.Zygote | None = None
         self._to_child = self._from_child = None  # our ends of the two pipes
@@ -124,10 +125,30 @@ class PolicyProcess:
         that deadline, is checked like the first one's. A process that has been sent nothing
         since it started is kept: it knows nothing yet. `cpu_s` is each process's own limit.
         """
+        if self._retired:
+            self._retired = False
+            self._open()
+            return
         if not self._seen or self._to_child is None:
             return
         self.close()
         self._open()
+
+    def retire(self) -> None:
+        """Stop the program's process now; the next `renew` (or call) starts a new one (see `_base.retire`).
+
+        Its start-up reply is read first, so a program that failed to load still says so.
+        """
+        if self._to_child is None:
+            return
+        self.confirm_started()
+        self.close()
+        self._retired = True
+
+    @property
+    def alive(self) -> bool:
+        """Whether a process of the program is running (or loading) now."""
+        return self._pid is not None
 
     def _open(self, first: bool = False) -> None:
         """Take a process from the fork server and send it the code; the evaluation's clock starts at the first."""
@@ -179,6 +200,8 @@ class PolicyProcess:
 
     def __call__(self, batches: list) -> list:
         """Send a list of (state, params) batches; return the policy's action arrays."""
+        if self._retired:
+            self.renew()
         self.calls += 1
         self._seen = True
         if self._area is not None:

@@ -122,6 +122,31 @@ def test_the_cpu_clock_charges_the_wait_on_the_policy():
         solve(path, 0, 60, clock="sundial")
 
 
+def spinning(seconds):
+    """An in-process rule that spends `seconds` of this process's user time per decision (as the channel
+    does, on a smaller scale, packing requests and reading replies)."""
+    import resource
+
+    def policy(batches):
+        end, x = resource.getrusage(resource.RUSAGE_SELF).ru_utime + seconds, 0
+        while resource.getrusage(resource.RUSAGE_SELF).ru_utime < end:
+            for i in range(20_000):
+                x += i
+        return [state["infeasibility"] for state, _ in batches]
+    return policy
+
+
+def test_the_cpu_clock_charges_the_trusted_sides_own_work_in_a_call_once():
+    """SCIP's CPU clock (this process's user time) already holds what the evaluator's process spends
+    in user mode inside a policy call; adding the call's whole wait on top charged that work twice."""
+    path = str(milp_instances.instance_path("setcover", "fast", 1))
+    base = solve(path, 0, 60, policy=sleepy(0.0))
+    spun = solve(path, 0, 60, policy=spinning(0.03))
+    assert base.solved and spun.solved and spun.nodes == base.nodes and spun.calls == base.calls > 5
+    extra, waited, spent = spun.time_s - base.time_s, spun.policy_s - base.policy_s, 0.03 * spun.calls
+    assert abs(extra - waited) < spent / 2, (extra, waited, spent)  # extra was waited + spent: charged twice
+
+
 @pytest.mark.parametrize("clock", ["cpu", "wall"])
 def test_a_slow_rule_is_stopped_at_the_time_limit_on_either_clock(clock):
     path = str(milp_instances.instance_path("setcover", "fast", 1))
@@ -164,6 +189,54 @@ def test_instances_and_scip_seeds_derive_from_the_run_secrets():
     other = get_domain("milp", **TINY)  # drawn secrets: another run's instances and SCIP seeds
     assert not {s for _, s in other.labels("search")} & seeds["search"]
     assert [r.shift for r in other.runs("search")] != [r.shift for r in runs["search"]]
+
+
+@pytest.mark.parametrize("options", [{}, {"search_default": "cached"}, {"tune_trials": 2}],
+                         ids=["paired", "cached", "tuned"])
+def test_no_process_of_the_program_runs_while_scip_default_is_timed(monkeypatch, options):
+    """A program that loads the machine between its solves (a child it forked, code run at load)
+    would slow the default it is compared with: its process is stopped before each default solve."""
+    from evaluators.domains.milp import domain as milp_domain
+
+    seen, alive_at_default = [], []
+
+    def spy(path, scip_seed, time_limit_s, builtin=None, policy=None, **kw):
+        if policy is not None:
+            seen.append(policy)
+        elif builtin is None:
+            alive_at_default.append(any(p.alive for p in seen))
+        return solve(path, scip_seed, time_limit_s, builtin=builtin, policy=policy, **kw)
+
+    monkeypatch.setattr(milp_domain, "solve", spy)
+    evaluator = Evaluator("milp", dict(TINY, **options), SandboxConfig(wall_s=60), secrets=FIXED)
+    result = evaluator.evaluate("seed", evaluator.domain.seed_program, "search")
+    assert result.status == Status.OK, result.error
+    assert seen and alive_at_default and not any(alive_at_default), alive_at_default
+
+
+def test_a_tuned_program_is_scored_on_a_pass_of_its_own_against_the_paired_default(monkeypatch):
+    """The best trial's times are the least of several noisy measurements: they pick the values,
+    and one more pass with them, each run paired with SCIP default, is the score."""
+    from evaluators.domains.milp import domain as milp_domain
+
+    solves = []
+
+    def spy(path, scip_seed, time_limit_s, builtin=None, policy=None, params=None, **kw):
+        record = solve(path, scip_seed, time_limit_s, builtin=builtin, policy=policy, params=params, **kw)
+        solves.append(("program" if policy is not None else "default", params, record))
+        return record
+
+    monkeypatch.setattr(milp_domain, "solve", spy)
+    evaluator = Evaluator("milp", dict(TINY, tune_trials=3), SandboxConfig(wall_s=90), secrets=FIXED)
+    result = evaluator.evaluate("seed", evaluator.domain.seed_program, "search")
+    assert result.status == Status.OK, result.error
+    runs = len(evaluator.domain.runs("search"))
+    assert [kind for kind, _, _ in solves].count("program") == 4 * runs  # three trials, then the scored pass
+    last = solves[-2 * runs:]
+    assert [kind for kind, _, _ in last] == ["program", "default"] * runs
+    assert all(params == result.tuned_params for kind, params, _ in last if kind == "program")
+    scored = [v for row in result.metrics["per_run"] for v in (row["time_s"], row["default_time_s"])]
+    assert scored == pytest.approx([record.time_s for _, _, record in last], abs=0.01)  # per_run rounds
 
 
 def test_validation_scores_like_search_on_instances_of_its_own(evaluator):

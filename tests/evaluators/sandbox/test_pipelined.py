@@ -72,6 +72,25 @@ def test_a_renewed_program_remembers_nothing_of_its_last_process(pipelined):
     assert counts == [1.0, 2.0, 1.0] and proc.protections
 
 
+def test_a_retired_program_runs_nothing_until_renewed_or_asked():
+    with PolicyProcess(COUNTING, "policy", LIMITS, pipelined=True) as proc:
+        counts = [_ask(proc, 1.0), _ask(proc, 1.0)]
+        proc.retire()
+        assert not proc.alive
+        proc.renew()
+        assert proc.alive
+        counts.append(_ask(proc, 1.0))
+        proc.retire()
+        counts.append(_ask(proc, 1.0))  # asked without a renewal: a new process all the same
+        proc.confirm_started()
+    assert counts == [1.0, 2.0, 1.0, 1.0]
+    with pytest.raises(CandidateError) as caught, \
+            PolicyProcess("raise ValueError('no')\ndef policy(s, p):\n    return 0", "policy", LIMITS,
+                          pipelined=True) as proc:
+        proc.retire()  # never asked: its start-up reply is read before it goes
+    assert "failed to load" in caught.value.reason
+
+
 def test_a_renewed_program_keeps_the_evaluation_deadline_and_reports_its_own_output():
     limits = SandboxConfig(wall_s=2, startup_s=3, memory_mb=1024)
     with PolicyProcess(COUNTING, "policy", limits, pipelined=True) as proc:
