@@ -79,6 +79,8 @@ FAST = {
     "channel_overhead.py": (["--round-trips", 20, "--repeats", 1],
                             (r"round trip, 1 batch of 8 rows: median NUM us", r"through the sandbox: NUM s",
                              r"in-process:\s+NUM s", r"sandboxed / in-process: NUMx")),
+    "history_replay.py": (["--periods", 120, "--splits", "search"],
+                          (r"^\s+120 periods  search\s+base-stock NUM  remembering NUM",)),
     "evaluation_cost.py": (["--repeats", 1], (r"inventory search evaluation, NUM programs x 1: median NUM ms",)),
     "archive_scale.py": (["--programs", 2000, "--batch", 100, "--snapshot-every", 500, "--driver-candidates", 20,
                           "--islands", 2],
