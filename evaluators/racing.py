@@ -123,16 +123,25 @@ class Race:
 
         shifted = np.asarray(seen) + self.cfg.margin
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # identical scores: the test answers nan, no stop
+            warnings.simplefilter("ignore", RuntimeWarning)  # no spread: answered below, never a stop
             if len(self.spec.parent_scores) == total:
                 parent = np.asarray([self.spec.parent_scores[i] for i in self._seen(len(seen))])
                 p = stats.ttest_rel(shifted, parent, alternative="less").pvalue
+                p = math.nan if _no_spread(shifted - parent) else p
                 return float(p), f"parent {self.spec.parent_id}", {"parent_mean_seen": float(parent.mean())}
             if self.spec.threshold is not None:
                 p = stats.ttest_1samp(shifted, self.spec.threshold, alternative="less").pvalue
+                p = math.nan if _no_spread(shifted - self.spec.threshold) else p
                 return float(p), f"parent {self.spec.parent_id}'s score {self.spec.threshold:.4g}", \
                     {"threshold": self.spec.threshold}
         return math.nan, "", {}
+
+
+def _no_spread(differences: np.ndarray) -> bool:
+    """Whether the differences are all the same (up to rounding): the t-test then has no variance to
+    measure and answers p = 0 (or nan), which says nothing about the instances not yet seen (a
+    deterministic simulator gives the same difference on every instance of one kind), so no stop."""
+    return bool(np.ptp(differences) <= 1e-9 * np.abs(differences).max())
 
 
 def race_for(spec: RaceSpec | None, split: str) -> Race | None:

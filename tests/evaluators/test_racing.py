@@ -5,7 +5,7 @@ import pytest
 
 from evaluators.domains.milp.programs import SEED_PROGRAM
 from evaluators.evaluator import Evaluator
-from evaluators.racing import Race, RaceSpec, RacingConfig
+from evaluators.racing import Race, RaceSpec, RaceStopped, RacingConfig
 from evaluators.registry import DomainConfig
 from evaluators.sandbox.config import SandboxConfig
 from evaluators.secrets import RunSecrets
@@ -205,3 +205,25 @@ def test_a_raced_evaluations_bad_action_names_the_instance_by_its_place_in_the_s
     raced = evaluator.evaluate("b", bad, "search", RaceSpec(ON, "p", parent.instance_scores, parent.score))
     assert raced.error == evaluator.evaluate("b", bad, "search").error  # not its place in a chunk
     assert raced.error.startswith("instance k6 at 6, step 1: the action 5.0 is outside"), raced.error
+
+
+def test_a_child_better_on_average_is_stopped_at_most_alpha_of_the_time_whatever_the_runs_order():
+    """Half the instances small (the child 0.2 worse, exactly), half large (it gains about 9): on the runs'
+    orders whose first instances are all small the t-test sees no spread, which is no evidence, not p = 0."""
+    stops, runs = 0, 200
+    rng = np.random.default_rng(0)
+    for k in range(runs):
+        x, size = rng.uniform(0.9, 1.1, 12), np.array([1] * 6 + [10] * 6)
+        parent, child = -x * size, -np.abs(np.where(size > 1, 0.9, -0.2) - x) * size
+        race = Race(RaceSpec(RacingConfig(enabled=True), "p", tuple(parent)))
+        order = race.shuffle(12, RunSecrets.fixed(k + 1))
+        try:
+            for n in range(1, 13):
+                race.look([child[i] for i in order[:n]], 12)
+        except RaceStopped:
+            stops += 1
+    assert stops <= 0.05 * runs
+    same_gap = Race(RaceSpec(RacingConfig(enabled=True), "p", (), threshold=0.0))
+    same_gap.look([-0.3, -0.3, -0.3], 8)  # no spread against the parent's score either: no stop
+    with pytest.raises(RaceStopped):
+        same_gap.look([-0.3, -0.31, -0.29, -0.3], 8)
