@@ -81,11 +81,14 @@ def summary(run_dir: Path, log: str) -> dict:
 
 def replayed(run_dir: Path, alpha: float, min_instances: int) -> dict:
     """Racing replayed on the arm without it: each child's full per-instance scores fed to `Race.look` in
-    order against its parent's; how many it would stop, after how many instances, and how many of
+    the race's order (`Race.shuffle`, from that arm's secrets) against its parent's; how many it would stop, after how many instances, and how many of
     those were not worse in full (full score >= parent's score): wrong stops, measured without reruns."""
     from evaluators.racing import Race, RaceSpec, RaceStopped, RacingConfig
+    from evaluators.secrets import RunSecrets
 
     with DuckDBArchive(run_dir / "archive.duckdb", read_only=True) as archive:
+        (run_id,), = archive.con.execute("SELECT run_id FROM runs").fetchall()
+        secrets = RunSecrets.from_record(archive.load_secrets(run_id))
         rows = archive.con.execute(
             "SELECT e.instance_scores, e.score, pe.instance_scores, pe.score FROM evaluations e "
             "JOIN programs p USING (program_id) JOIN evaluations pe ON pe.program_id = p.parent_ids[1] "
@@ -94,6 +97,7 @@ def replayed(run_dir: Path, alpha: float, min_instances: int) -> dict:
     lowest = []  # each child's smallest p-value over its looks, against the level of one look
     for scores, score, parent, parent_score in rows:
         race = Race(RaceSpec(config, "parent", tuple(parent), parent_score))
+        scores = [scores[i] for i in race.shuffle(len(scores), secrets)]
         ps = [race._test(tuple(scores[:k]), len(scores))[0] for k in range(1, len(scores))
               if race.due(k, len(scores))]
         lowest.append(round(min((p for p in ps if p == p), default=1.0), 3))

@@ -52,7 +52,10 @@ class Search(EvaluatorPool, Outcomes, LostActors):
         self.known = archive.known_hashes(run_id)  # compact: 8 bytes a program
         self.done = archive.count_evaluations(run_id, "search")
         self.failures = 0
-        self.raced = 0  # search evaluations stopped early by racing, this segment
+        # search evaluations stopped early by racing, the run's (as `atoll status` counts them, beside
+        # the run's evaluations in the progress line), this segment's added as they come
+        self.raced = archive.con.execute("SELECT count(*) FROM programs WHERE run_id = ? AND search_status = ? "
+                                         "AND mutator NOT LIKE 'baseline:%'", [run_id, Status.RACED.value]).fetchone()[0]
         self.unmade = Unmade()  # the embedded mutator's requests that made no child (controller.outcomes)
         self.parent_scores: dict[str, float | None] = {}  # in-flight candidate -> its parent's score
         self.hide = hide

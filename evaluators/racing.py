@@ -13,6 +13,14 @@ of any wrong stop of a candidate that is not worse stays under `alpha`, whatever
 the dependence between looks). No look is taken before `min_instances` instances,
 nor after the last one (a full evaluation gains nothing from stopping).
 
+A raced evaluation scores the instances in the race's order (`Race.shuffle`), a
+permutation drawn from the run's search secret: the same for every program of the
+run, so parent and child stay paired instance by instance, and unknown to the
+candidates. Never the domain's own order: a domain may list its instances sorted
+(small ones first, by difficulty), and the first few of a sorted list are no fair
+sample of the rest, so a child better on average but worse on the small ones would
+be stopped wrongly, whatever alpha says.
+
 A stop raises `RaceStopped`; the evaluator stores a RACED result: no score, the
 reason, the instances seen and their scores. The parent's scores come from the
 driver (trusted side) with the job and never reach the candidate's process.
@@ -74,6 +82,17 @@ class Race:
 
     def __init__(self, spec: RaceSpec):
         self.spec, self.cfg = spec, spec.config
+        self.order: tuple[int, ...] = ()  # the instances' indices in the order scored; (): the domain's own
+
+    def shuffle(self, total: int, secrets) -> list[int]:
+        """The order to score `total` instances in: a permutation drawn from the run's search secret,
+        the same for every program of the run; `look` then takes the scores in this order."""
+        self.order = tuple(int(i) for i in secrets.generator("search", "race order").permutation(total))
+        return list(self.order)
+
+    def _seen(self, count: int) -> list[int]:
+        """The indices (in the domain's order) of the first `count` instances scored."""
+        return list(self.order[:count]) if self.order else list(range(count))
 
     def looks(self, total: int) -> int:
         """How many looks an evaluation of `total` instances can take (0: it cannot be raced)."""
@@ -86,7 +105,7 @@ class Race:
         return self.cfg.min_instances <= seen < total and (seen - self.cfg.min_instances) % self.cfg.chunk == 0
 
     def look(self, scores, total: int) -> None:
-        """Raise `RaceStopped` when `scores` (the first instances, in order) are clearly worse."""
+        """Raise `RaceStopped` when `scores` (the first instances in the race's order) are clearly worse."""
         seen = tuple(float(s) for s in scores)
         if not self.due(len(seen), total):
             return
@@ -96,23 +115,33 @@ class Race:
             reason = (f"raced: clearly worse than {against} after {len(seen)} of {total} instances "
                       f"(one-sided t-test p = {p_value:.3g} < {level:.3g} = alpha {self.cfg.alpha:g} / {self.looks(total)} looks)")
             raise RaceStopped(reason, seen, total, p_value,
-                              {"alpha": self.cfg.alpha, "level": level, "against": against, **details})
+                              {"alpha": self.cfg.alpha, "level": level, "against": against,
+                               "seen_instances": self._seen(len(seen)), **details})
 
     def _test(self, seen: tuple[float, ...], total: int) -> tuple[float, str, dict]:
         from scipy import stats
 
         shifted = np.asarray(seen) + self.cfg.margin
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # identical scores: the test answers nan, no stop
+            warnings.simplefilter("ignore", RuntimeWarning)  # no spread: answered below, never a stop
             if len(self.spec.parent_scores) == total:
-                parent = np.asarray(self.spec.parent_scores[:len(seen)])
+                parent = np.asarray([self.spec.parent_scores[i] for i in self._seen(len(seen))])
                 p = stats.ttest_rel(shifted, parent, alternative="less").pvalue
+                p = math.nan if _no_spread(shifted - parent) else p
                 return float(p), f"parent {self.spec.parent_id}", {"parent_mean_seen": float(parent.mean())}
             if self.spec.threshold is not None:
                 p = stats.ttest_1samp(shifted, self.spec.threshold, alternative="less").pvalue
+                p = math.nan if _no_spread(shifted - self.spec.threshold) else p
                 return float(p), f"parent {self.spec.parent_id}'s score {self.spec.threshold:.4g}", \
                     {"threshold": self.spec.threshold}
         return math.nan, "", {}
+
+
+def _no_spread(differences: np.ndarray) -> bool:
+    """Whether the differences are all the same (up to rounding): the t-test then has no variance to
+    measure and answers p = 0 (or nan), which says nothing about the instances not yet seen (a
+    deterministic simulator gives the same difference on every instance of one kind), so no stop."""
+    return bool(np.ptp(differences) <= 1e-9 * np.abs(differences).max())
 
 
 def race_for(spec: RaceSpec | None, split: str) -> Race | None:

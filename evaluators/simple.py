@@ -227,28 +227,36 @@ class SimpleDomain(Domain):
                              out_of_range)
 
     def _raced(self, policy: PolicyFn, params: dict[str, ParamSpec], race) -> Outcome:
-        """The search instances in chunks (one simulate() call each), a look after each chunk."""
+        """The search instances in the race's order (`Race.shuffle`), in chunks (one simulate() call
+        each), a look after each chunk; the scores kept in the domain's order."""
         instances, values = self.split_instances("search"), {n: p.default for n, p in params.items()}
+        total = len(instances)
+        order = race.shuffle(total, self.secrets)
         scores, moments, start = [], np.zeros(3), 0
-        while start < len(instances):
-            stop = next((k for k in range(start + 1, len(instances)) if race.due(k, len(instances))), len(instances))
-            played, actions = self._play(policy, instances[start:stop], [values])
+        while start < total:
+            stop = next((k for k in range(start + 1, total) if race.due(k, total)), total)
+            played, actions = self._play(policy, [instances[i] for i in order[start:stop]], [values],
+                                         indices=order[start:stop])
             scores.extend(played[0])
             moments += (actions.sums.sum(), actions.squares.sum(), actions.counts.sum())
-            race.look(scores, len(instances))
+            race.look(scores, total)
             start = stop
         count = max(moments[2], 1.0)
         mean = moments[0] / count
         descriptors = (float(mean), float(np.sqrt(max(moments[1] / count - mean * mean, 0.0))))
-        return self._outcome(instances, np.asarray(scores), descriptors, values, params, int(bool(params)))
+        in_order = np.empty(total)
+        in_order[order] = scores
+        return self._outcome(instances, in_order, descriptors, values, params, int(bool(params)))
 
     def _play(self, policy: PolicyFn, instances: list, trials: list[dict],
-              tolerant: bool = False) -> tuple[np.ndarray, _Actions]:
+              tolerant: bool = False, indices=None) -> tuple[np.ndarray, _Actions]:
         """Scores of every (trial, instance) pair, shape (trials, instances), from one simulate() call
-        answered by a process that remembers no earlier one (`tolerant`: see `_Actions`)."""
+        answered by a process that remembers no earlier one (`tolerant`: see `_Actions`; `indices`:
+        the instances' places in the split, for their labels, when they are a part of it)."""
         _base.renew(policy)
         jobs = [inst for _ in trials for inst in instances]
-        labels = [self.label(inst, i) for _ in trials for i, inst in enumerate(instances)]
+        indices = range(len(instances)) if indices is None else indices
+        labels = [self.label(inst, i) for _ in trials for i, inst in zip(indices, instances)]
         actions = _Actions(policy, self, [dict(t) for t in trials for _ in instances], labels, tolerant)
         try:
             scores = self.simulate(jobs, actions)

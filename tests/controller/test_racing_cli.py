@@ -96,3 +96,21 @@ def test_raced_rows_are_partial_never_best_and_stay_right_after_kill_and_resume(
     assert f"racing: {len(ids)} search evaluations stopped early" in done.stdout
     status = atoll(tmp_path, "status", run_dir)
     assert "raced" in status.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_resumes_progress_line_counts_the_runs_raced_evaluations_beside_the_runs_evaluations(tmp_path):
+    """The line says "N/M evals ... raced R" with N the run's evaluations: R is the run's too, as atoll status says."""
+    (tmp_path / "targets.py").write_text(DOMAIN)
+    (tmp_path / "racing.toml").write_text(CONFIG)
+    run_dir = tmp_path / "run"
+    first = atoll(tmp_path, "run", tmp_path / "racing.toml", "--run-dir", run_dir, "--no-report",
+                  "--set", "run.max_evals=40")
+    assert first.returncode == 0, first.stderr
+    (raced,), = _rows(run_dir, "SELECT count(*) FROM evaluations WHERE status = 'RACED'")
+    assert raced, "no child was raced: the test shows nothing"
+    done = atoll(tmp_path, "resume", run_dir, "--no-report", "--set", "run.max_evals=42")
+    assert done.returncode == 0, done.stderr
+    line = next(line for line in done.stderr.splitlines() if line.startswith("[atoll] 40/42 evals"))
+    assert f" raced {raced} " in line, line

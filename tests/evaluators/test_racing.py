@@ -5,7 +5,7 @@ import pytest
 
 from evaluators.domains.milp.programs import SEED_PROGRAM
 from evaluators.evaluator import Evaluator
-from evaluators.racing import Race, RaceSpec, RacingConfig
+from evaluators.racing import Race, RaceSpec, RaceStopped, RacingConfig
 from evaluators.registry import DomainConfig
 from evaluators.sandbox.config import SandboxConfig
 from evaluators.secrets import RunSecrets
@@ -50,6 +50,9 @@ def test_a_better_milp_candidate_is_evaluated_in_full(milp):
     parent = tuple(-3.0 for _ in seed.instance_scores)
     child = evaluator.evaluate("child", SEED_PROGRAM, "search", RaceSpec(ON, "slow", parent, -3.0))
     assert child.status == Status.OK and len(child.instance_scores) == 6 and "raced" not in child.metrics
+    # raced in the race's order, kept in the runs' order: the same program's nodes, run by run
+    assert [(r["instance"], r["nodes"]) for r in child.metrics["per_run"]] == \
+        [(r["instance"], r["nodes"]) for r in seed.metrics["per_run"]]
 
 
 def test_held_out_evaluations_never_race(milp):
@@ -123,3 +126,104 @@ def test_the_racing_config_is_validated():
         RacingConfig(alfa=0.1)
     assert not RacingConfig().enabled and Race(RaceSpec(ON, "p")).looks(3) == 0
     assert np.isclose(Race(RaceSpec(RacingConfig(min_instances=3, chunk=2), "p")).looks(8), 3)
+
+
+# Instances listed small first, then large (a natural order for a user's domain): the parent plays 0, the child
+# misses each small target by 0.2 more but each large one (ten times the weight) by 0.1 at most.
+SIZED = '''\
+from evaluators.simple import SimpleDomain
+
+SEED = "def act(state, params):\\n    return 0.0\\n"
+
+
+class Sized(SimpleDomain):
+    name = "sized"
+    entry_point = "act"
+    seed_program = SEED
+    baseline_programs = {"seed": SEED}
+    action_shape = ()
+
+    def instances(self, split, rng):
+        return [{"size": s, "x": float(rng.uniform(0.9, 1.1))} for s in (1,) * 6 + (10,) * 6]
+
+    def simulate(self, instances, policy):
+        acts = policy([dict(i) for i in instances])
+        return [-abs(float(a) - i["x"]) * i["size"] for a, i in zip(acts, instances)]
+'''
+BETTER_ON_LARGE = "def act(state, params):\n    return 0.9 if state['size'] > 1 else -0.2\n"
+WORSE = "def act(state, params):\n    return -1.0\n"
+
+
+def test_a_child_better_on_average_but_worse_on_the_first_listed_instances_is_not_stopped():
+    """The race scores the instances in an order drawn from the run's secret, not the domain's sorted one."""
+    evaluator = Evaluator(DomainConfig(source=SIZED), {}, SandboxConfig(wall_s=30), secrets=RunSecrets.fixed(3))
+    parent = evaluator.evaluate("p", "def act(state, params):\n    return 0.0\n", "search")
+    full = evaluator.evaluate("c", BETTER_ON_LARGE, "search")
+    assert full.score > parent.score + 4.0  # five times closer on average
+    spec = RaceSpec(RacingConfig(enabled=True), "p", parent.instance_scores, parent.score)
+    raced = evaluator.evaluate("c", BETTER_ON_LARGE, "search", spec)
+    assert raced.status == Status.OK, raced.error
+    assert raced.score == pytest.approx(full.score) and raced.instance_scores == pytest.approx(full.instance_scores)
+    worse = evaluator.evaluate("w", WORSE, "search", spec)  # stopped: what it saw, with the instances it was
+    unraced = evaluator.evaluate("w", WORSE, "search")
+    seen = worse.metrics["seen_instances"]
+    assert worse.status == Status.RACED and len(seen) == len(worse.instance_scores) < 12 and seen != sorted(seen)
+    assert worse.instance_scores == pytest.approx([unraced.instance_scores[i] for i in seen])
+    again = Race(spec)
+    assert again.shuffle(12, RunSecrets.fixed(3)) == seen + [i for i in again.order if i not in seen]
+
+
+LABELLED = '''\
+from evaluators.simple import SimpleDomain
+
+SEED = "def act(state, params):\\n    return 0.0\\n"
+
+
+class Labelled(SimpleDomain):
+    name = "labelled"
+    entry_point = "act"
+    seed_program = SEED
+    baseline_programs = {"seed": SEED}
+    action_shape = ()
+    action_bounds = (-1.0, 1.0)
+
+    def instances(self, split, rng):
+        return [{"k": k} for k in range(8)]
+
+    def label(self, instance, index):
+        return f"k{instance['k']} at {index}"
+
+    def simulate(self, instances, policy):
+        return [-abs(float(a)) for a in policy([dict(i) for i in instances])]
+'''
+
+
+def test_a_raced_evaluations_bad_action_names_the_instance_by_its_place_in_the_split():
+    evaluator = Evaluator(DomainConfig(source=LABELLED), {}, SandboxConfig(wall_s=30), secrets=RunSecrets.fixed(3))
+    parent = evaluator.evaluate("p", "def act(state, params):\n    return 0.0\n", "search")
+    bad = "def act(state, params):\n    return 5.0 if state['k'] == 6 else 0.0\n"
+    raced = evaluator.evaluate("b", bad, "search", RaceSpec(ON, "p", parent.instance_scores, parent.score))
+    assert raced.error == evaluator.evaluate("b", bad, "search").error  # not its place in a chunk
+    assert raced.error.startswith("instance k6 at 6, step 1: the action 5.0 is outside"), raced.error
+
+
+def test_a_child_better_on_average_is_stopped_at_most_alpha_of_the_time_whatever_the_runs_order():
+    """Half the instances small (the child 0.2 worse, exactly), half large (it gains about 9): on the runs'
+    orders whose first instances are all small the t-test sees no spread, which is no evidence, not p = 0."""
+    stops, runs = 0, 200
+    rng = np.random.default_rng(0)
+    for k in range(runs):
+        x, size = rng.uniform(0.9, 1.1, 12), np.array([1] * 6 + [10] * 6)
+        parent, child = -x * size, -np.abs(np.where(size > 1, 0.9, -0.2) - x) * size
+        race = Race(RaceSpec(RacingConfig(enabled=True), "p", tuple(parent)))
+        order = race.shuffle(12, RunSecrets.fixed(k + 1))
+        try:
+            for n in range(1, 13):
+                race.look([child[i] for i in order[:n]], 12)
+        except RaceStopped:
+            stops += 1
+    assert stops <= 0.05 * runs
+    same_gap = Race(RaceSpec(RacingConfig(enabled=True), "p", (), threshold=0.0))
+    same_gap.look([-0.3, -0.3, -0.3], 8)  # no spread against the parent's score either: no stop
+    with pytest.raises(RaceStopped):
+        same_gap.look([-0.3, -0.31, -0.29, -0.3], 8)

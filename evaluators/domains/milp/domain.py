@@ -223,20 +223,28 @@ class Milp(Domain):
         return self._outcome(runs, records, self.builtin("scip default", split), values)
 
     def _solve_runs(self, policy, values, runs, split, paired, race) -> tuple[list[SolveRecord], list[SolveRecord]]:
-        """The program's runs in order; paired: each then at once with SCIP default, under the same load.
+        """The program's runs; paired: each then at once with SCIP default, under the same load.
 
-        With a race, a look after each instance's runs at the per-instance scores so far.
+        With a race, the instances in the race's order (`Race.shuffle`), a look after each
+        instance's runs at the per-instance scores so far; the records kept in the runs' order.
         """
-        limit, clock, records, default = self.config.time_limit_s, self.config.clock, [], []
-        total = len({run.label for run in runs})
-        for i, run in enumerate(runs):
-            records.append(self._solve_program(policy, values, run))
-            if paired:
-                default.append(solve(run.path, run.shift, limit, clock=clock))
-            if race is not None and (i + 1 == len(runs) or runs[i + 1].label != run.label):
+        limit, clock = self.config.time_limit_s, self.config.clock
+        labels = list(dict.fromkeys(run.label for run in runs))
+        order = race.shuffle(len(labels), self.secrets) if race is not None else range(len(labels))
+        records, default, done = [None] * len(runs), [None] * len(runs), []
+        for k in order:
+            for i, run in enumerate(runs):
+                if run.label != labels[k]:
+                    continue
+                records[i] = self._solve_program(policy, values, run)
+                if paired:
+                    default[i] = solve(run.path, run.shift, limit, clock=clock)
+                done.append(i)
+            if race is not None:
                 ref = default if paired else self.builtin("scip default", split)
-                race.look(self._instance_scores(runs[:i + 1], records, ref), total)
-        return records, default
+                race.look(self._instance_scores([runs[i] for i in done], [records[i] for i in done],
+                                                [ref[i] for i in done]), len(labels))
+        return records, default if paired else []
 
     def _solve_all(self, policy, values, runs) -> list[SolveRecord]:
         return [self._solve_program(policy, values, run) for run in runs]
