@@ -131,3 +131,13 @@ def test_a_program_with_many_params_keeps_its_prompt_within_the_code_limit():
     part = dict(edit_prompt(_input(parent_code=code, feedback=from_result(RESULT, code))).parts)["parent"]
     assert len(code) > 30000 and len(part) < 8000
     assert "w23 = 0.125 in [-1, 1]; and 976 more (in the code)" in part and "w24 =" not in part
+
+
+def test_the_drivers_duplicate_check_hashes_are_not_shown_as_metrics():
+    """The driver adds the program's hashes to its stored metrics (`form_hash`, `proposed_hash`): they
+    mean nothing to a model and are not the domain's figures, so a prompt lists the domain's own."""
+    own = {f"m{i}": float(i) for i in range(12)}
+    stored = dict(RESULT, metrics={"proposed_hash": "6eaa4b959fade921", **own, "form_hash": "9b77b298eb420e4c"})
+    part = dict(edit_prompt(_input(feedback=from_result(stored, CODE))).parts)["parent"]
+    assert "Metrics: m0 0; m1 1;" in part and "m11 11\n" in part
+    assert "_hash" not in part and "6eaa4b959fade921" not in part
