@@ -125,7 +125,8 @@ def _const_sites(fn: ast.FunctionDef) -> list[ast.Constant]:
             above = parent.get(id(above))
         if isinstance(above, (ast.keyword, ast.Subscript, ast.Slice)):
             continue
-        if isinstance(node.value, int) and (_in_index(node, parent) or _call_arg(above, parent)):
+        if isinstance(node.value, int) and (_in_index(node, parent) or _call_arg(above, parent)
+                                            or _in_sized_call(node, parent)):
             continue
         sites.append(node)
     return sites
@@ -136,6 +137,18 @@ def _in_index(node: ast.AST, parent: dict) -> bool:
     an integer there must stay one, as a float index raises."""
     while (above := parent.get(id(node))) is not None:
         if isinstance(above, ast.Subscript) and node is above.slice:
+            return True
+        node = above
+    return False
+
+
+def _in_sized_call(node: ast.AST, parent: dict) -> bool:
+    """Whether `node` lies inside an argument of a call that takes sizes or indices (the 1 of
+    `np.take_along_axis(x, (n - 1)[:, None], axis=1)`): an integer there must stay one."""
+    while (above := parent.get(id(node))) is not None:
+        func = getattr(above, "func", None)
+        if isinstance(above, ast.Call) and any(node is arg for arg in above.args) and (
+                getattr(func, "attr", None) or getattr(func, "id", None)) in _SIZED:
             return True
         node = above
     return False
