@@ -27,13 +27,14 @@ def new_id() -> str:
 # tries) before the run stops asking it. Its operators are random, so a parent they can change
 # rarely fails this often: at a 5% success rate, 200 failures in a row come once in 30,000.
 UNMADE_STALL = 200
+ALREADY_TRIED = "each child it made was a program already tried"  # a duplicate, as an unmade request's reason
 
 
 @dataclasses.dataclass
 class Unmade:
     """The embedded mutator's requests that made no child: in a row and in all (this segment)."""
 
-    in_a_row: int = 0
+    in_a_row: int = 0  # or whose child was a duplicate: those too ask again with nothing new
     total: int = 0
     reason: str = ""
     stalled: bool = False  # asked no more until an island gains a member (its parents change)
@@ -48,26 +49,29 @@ class Outcomes:
             self.events.append(("mutation-failed", {"island": request.island, "reason": proposal}))
             self._unmade(proposal)
             return
-        self.unmade.in_a_row = 0
         candidate = Candidate(new_id(), self.run_id, request.island, request.generation, (request.parent_id,),
                               proposal.code, proposal.operator, time.time())
         why = self.dedup.check(proposal.code, proposal.form or None)  # the form its worker computed, if any
         if why:
             self.events.append(("duplicate", {"island": request.island, "operator": proposal.operator, "by": why}))
+            self._unmade(ALREADY_TRIED, made=True)
             return
+        self.unmade.in_a_row = 0
         self.dedup.add(proposal.code)
         self.parent_scores[candidate.program_id] = request.parent_score
         self.memory.on_proposal(candidate.program_id, request, getattr(proposal, "skill_id", ""))
         self._submit_eval(candidate)
 
-    def _unmade(self, reason: str) -> None:
-        """Count a request that made no child; after UNMADE_STALL in a row, stop asking and say why.
+    def _unmade(self, reason: str, made: bool = False) -> None:
+        """Count a request that made no child, or (`made`) only one already tried; after UNMADE_STALL
+        in a row, stop asking and say why (`Unmade.total` counts those without a child).
 
         Without this a program the operators cannot change (no number, comparison or arithmetic
         in its entry point) sent hundreds of requests a second, each archived, and the run sat
-        at the same count until its wall time ran out."""
+        at the same count until its wall time ran out; so did a parent whose few possible children
+        were all tried (no literal or PARAMS to nudge), each request then a duplicate."""
         u = self.unmade
-        u.in_a_row, u.total, u.reason = u.in_a_row + 1, u.total + 1, reason
+        u.in_a_row, u.total, u.reason = u.in_a_row + 1, u.total + (not made), reason
         if u.in_a_row < UNMADE_STALL or u.stalled:
             return
         u.stalled = True

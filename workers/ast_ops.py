@@ -125,7 +125,8 @@ def _const_sites(fn: ast.FunctionDef) -> list[ast.Constant]:
             above = parent.get(id(above))
         if isinstance(above, (ast.keyword, ast.Subscript, ast.Slice)):
             continue
-        if isinstance(node.value, int) and (_in_index(node, parent) or _call_arg(above, parent)):
+        if isinstance(node.value, int) and (_in_index(node, parent) or _call_arg(above, parent)
+                                            or _in_sized_call(node, parent)):
             continue
         sites.append(node)
     return sites
@@ -136,6 +137,18 @@ def _in_index(node: ast.AST, parent: dict) -> bool:
     an integer there must stay one, as a float index raises."""
     while (above := parent.get(id(node))) is not None:
         if isinstance(above, ast.Subscript) and node is above.slice:
+            return True
+        node = above
+    return False
+
+
+def _in_sized_call(node: ast.AST, parent: dict) -> bool:
+    """Whether `node` lies inside an argument of a call that takes sizes or indices (the 1 of
+    `np.take_along_axis(x, (n - 1)[:, None], axis=1)`): an integer there must stay one."""
+    while (above := parent.get(id(node))) is not None:
+        func = getattr(above, "func", None)
+        if isinstance(above, ast.Call) and any(node is arg for arg in above.args) and (
+                getattr(func, "attr", None) or getattr(func, "id", None)) in _SIZED:
             return True
         node = above
     return False
@@ -228,19 +241,70 @@ def wrap_clip(code: str, ctx: OpContext) -> str | None:
 
 
 def _value_sites(fn: ast.FunctionDef) -> list[ast.expr]:
-    """Numeric sub-expressions worth bounding: arithmetic, calls, local variables, returns."""
+    """Numeric sub-expressions worth bounding: arithmetic, calls, local variables, returns; not one
+    that may hold several values a row (a parameter is one value a row: `np.minimum` of the two
+    cannot broadcast), nor a count, size or index (`len(x)`, `np.zeros(n)`: a float bound breaks it)."""
     locals_ = set(u.local_names(fn))
     parent = u.parents(fn)
+    wide, matrices = _wide(fn), _matrices(fn, u.arg_name(fn, 0, "state"))
     sites = []
     for node in u.body_nodes(fn):
         above = parent.get(id(node))
         if isinstance(above, (ast.Attribute, ast.Subscript, ast.keyword)) or (
                 isinstance(above, ast.Call) and above.func is node):
             continue
+        if id(node) in wide or ast.dump(node) in matrices or _integral(node, above, parent):
+            continue
         is_local = isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in locals_
         if is_local or isinstance(node, (ast.BinOp, ast.Call)):
             sites.append(node)
     return sites
+
+
+_SIZED = {"zeros", "ones", "empty", "full", "arange", "eye", "identity", "reshape", "tile", "repeat",
+          "take_along_axis", "range"}  # calls whose arguments (after the array) are counts, shapes or indices
+
+
+def _integral(node: ast.AST, above: ast.AST | None, parent: dict) -> bool:
+    """Whether `node` is a count or index: `len(...)`, within a subscript's index, or an argument of a
+    call that takes sizes or indices (np.zeros(n), np.take_along_axis(x, i, axis=1))."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len":
+        return True
+    name = getattr(getattr(above, "func", None), "attr", None) or getattr(getattr(above, "func", None), "id", None)
+    return _in_index(node, parent) or (isinstance(above, ast.Call) and name in _SIZED)
+
+
+def _wide(fn: ast.FunctionDef) -> set[int]:
+    """ids of the expressions that may hold several values a row: a column made of per-row values
+    (np.reshape(x, (-1, 1)), x[:, None], np.expand_dims, np.outer), a range along a row (np.arange)
+    and what combines one, up to a reduction along an axis (`.sum(axis=1)`) or a pick of one column
+    (`x[:, 0]`); a local assigned one is one too."""
+    wide: set[int] = set()
+    names: set[str] = set()
+
+    def visit(node: ast.AST) -> bool:
+        inner = [visit(child) for child in ast.iter_child_nodes(node)]
+        if isinstance(node, ast.Assign) and id(node.value) in wide:
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        if isinstance(node, ast.Call) and any(k.arg == "axis" for k in node.keywords) or _column(node):
+            return False
+        made = _makes_column(node) or (isinstance(node, ast.Name) and node.id in names) or (
+            isinstance(node, ast.expr) and not isinstance(node, ast.Name) and any(inner))
+        if made:
+            wide.add(id(node))
+        return made
+
+    for stmt in fn.body:
+        visit(stmt)
+    return wide
+
+
+def _makes_column(node: ast.AST) -> bool:
+    if isinstance(node, ast.Call) and isinstance(node.func, (ast.Attribute, ast.Name)):
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
+        return name in ("reshape", "expand_dims", "outer", "atleast_2d", "column_stack", "arange", "linspace")
+    return isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Tuple) and any(
+        isinstance(e, ast.Constant) and e.value is None for e in node.slice.elts)
 
 
 def add_branch(code: str, ctx: OpContext) -> str | None:

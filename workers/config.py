@@ -30,9 +30,10 @@ class EmbeddedMutatorConfig(BaseModel):
                     "identical or invalid child.",
     )
     success_prior: float = Field(
-        default=1.0, ge=0.0,
+        default=1.0, gt=0.0,
         description="Pseudo-count added to each operator's successes when its weight is "
-                    "derived from measured success, so unseen operators keep a chance.",
+                    "derived from measured success, so every operator keeps a chance (at 0, an "
+                    "operator whose first child did not improve was never drawn again).",
     )
 
     @field_validator("operators")

@@ -35,6 +35,8 @@ def test_shipped_config_loads():
     (BASE.replace("max_evals", "max_evls"), "run.max_evls: unknown key (did you mean max_evals?)"),
     (BASE + "[run.extra]\nx = 1\n", "run.extra: unknown key; its section knows name, seed, "),
     ("[run\n", "not valid TOML"),
+    # at 0 an operator whose first child did not improve weighed 0 for good: a run stalled at 5 evaluations
+    (BASE + "[mutator.embedded]\nsuccess_prior = 0\n", "mutator.embedded.success_prior: Input should be greater than 0"),
 ])
 def test_bad_config_names_the_key(tmp_path, text, needle):
     with pytest.raises(ConfigError) as caught:

@@ -234,6 +234,28 @@ def test_a_program_the_embedded_mutator_cannot_change_ends_the_run_with_the_reas
     assert "stalled" in atoll("status", "run", cwd=tmp_path).stdout
 
 
+OPTIMAL = tiny_domain("optimal", "X = 0.75\nY = 0.25\n\n\ndef act(state, params):\n    return X - Y\n").replace(
+    "rng.uniform(size=2)", "[0.5, 0.5]")
+
+
+def test_a_parent_whose_few_children_were_all_tried_ends_the_run_as_stalled(tmp_path):
+    """The seed scores best and has no number to nudge: its operators make three children, then only
+    those again, each dropped as a duplicate. The run used to ask thousands of times, archiving a
+    duplicate event each, until its wall time; now those count as requests with no new child."""
+    (tmp_path / "optimal.py").write_text(OPTIMAL)
+    (tmp_path / "optimal.toml").write_text('[domain]\npath = "optimal.py"\n')
+    run = atoll("run", "optimal.toml", "--run-dir", "run", "--max-evals", "50", "--no-report", "--set",
+                "run.max_wall_s=30", "--set", "islands.count=1", "--set", "islands.max_niches=1", "--set",
+                "evaluator.actors=1", cwd=tmp_path)
+    assert "search stalled" in run.stdout, run.stdout
+    said = [line for line in run.stderr.splitlines() if "the embedded mutator made no child" in line]
+    assert len(said) == 1 and "each child it made was a program already tried" in said[0], run.stderr
+    _, rows, _ = run_query(tmp_path / "run", "SELECT status FROM runs")
+    assert rows == [("stalled",)]
+    _, rows, _ = run_query(tmp_path / "run", "SELECT count(*) FROM events WHERE kind = 'duplicate'")
+    assert rows[0][0] < 300, rows
+
+
 @pytest.mark.parametrize("has_pytest", [True, False])
 def test_new_domain_says_how_to_get_pytest_where_it_is_not_installed(tmp_path, monkeypatch, capsys, has_pytest):
     """`pip install .` does not bring pytest; the printed line to run the domain's tests says what it needs."""

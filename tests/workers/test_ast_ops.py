@@ -201,3 +201,62 @@ def test_insert_motif_adds_its_params():
     again = OPERATORS["insert_motif"](child, _ctx(0))
     assert {"cap", "cap_2"} <= set(read_params(again))
 
+
+
+PIPELINE_WEIGHTED = '''import numpy as np
+
+PARAMS = {"level": (17.0, 0.0, 80.0), "pipe_weight": (1.0, 0.5, 1.5)}
+
+def policy(state, params):
+    position = state["on_hand"] + state["pipeline"].sum(axis=1)
+    decay = 1.0 - np.reshape(params["pipe_weight"], (-1, 1)) ** np.arange(state["pipeline"].shape[1], 0, -1)
+    return np.maximum(params["level"] - position + (state["pipeline"] * decay).sum(axis=1), 0.0)
+'''
+
+CASH = '''import numpy as np
+
+def policy(state, params):
+    return np.zeros(len(state["close"]))
+'''
+
+
+def _run(code: str, state: dict) -> np.ndarray:
+    """The child's policy on one batch of 5 rows, each row's params a value of its own (as tuning sends)."""
+    namespace: dict = {}
+    exec(compile(code, "<child>", "exec"), namespace)  # noqa: S102 (a test's own program, edited by the operator)
+    params = {name: np.linspace(spec.low, spec.high, 5) for name, spec in read_params(code).items()}
+    return np.asarray(namespace["policy"](state, params))
+
+
+@pytest.mark.parametrize("program, state", [
+    (PIPELINE_WEIGHTED, {"on_hand": np.arange(5.0), "pipeline": np.ones((5, 3))}),
+    (CASH, {"close": np.ones((5, 60))}),
+])
+def test_wrap_clip_bounds_no_row_of_values_and_no_count(program, state):
+    """A parameter is one value a row: bounding a (rows, lead time) expression with it cannot broadcast,
+    and bounding a count (len, a size) makes it a float no array takes; such children failed when run
+    (inventory's pipeline motif: 7 of 24 wrap_clip children; trading's cash baseline: every one)."""
+    for seed in range(40):
+        child = OPERATORS["wrap_clip"](program, _ctx(seed))
+        assert child is None or _run(child, state).shape == (5,), child
+
+
+MOMENTUM = '''import numpy as np
+
+PARAMS = {"lookback": (10.0, 1.0, 250.0)}
+
+def policy(state, params):
+    close = state["close"]
+    n = np.clip(params["lookback"], 1, close.shape[1] - 1).astype(int)
+    past = np.take_along_axis(close, (close.shape[1] - 1 - n)[:, None], axis=1)[:, 0]
+    return np.sign(close[:, -1] - past)
+'''
+
+
+def test_perturb_const_keeps_an_integer_inside_an_index_argument_an_integer():
+    """Trading's seed computes the column it reads (`close.shape[1] - 1 - n`) inside take_along_axis's
+    indices: nudging that 1 to 1.23 made every such child fail with 'indices must be an integer array'."""
+    state = {"close": np.cumsum(np.ones((5, 60)), axis=1)}
+    for seed in range(30):
+        child = OPERATORS["perturb_const"](MOMENTUM, _ctx(seed))
+        assert _run(child, state).shape == (5,), child

@@ -121,3 +121,23 @@ def test_a_long_failure_keeps_how_it_failed_and_the_error_itself():
         assert "step0(x)" not in part and "step39(x)" in part
     assert "- INVALID: unparseable: no code block" in parts["failures"]
     assert len(parts["failures"]) < 1000 and len(LONG_TRACEBACK) > 2000
+
+
+def test_a_program_with_many_params_keeps_its_prompt_within_the_code_limit():
+    """The tuned PARAMS line lists the first few: the code, cut at max_code_chars, holds them all,
+    so a program of a thousand PARAMS does not make a prompt five times that limit."""
+    entries = "".join(f'    "w{i}": (0.125, -1.0, 1.0),\n' for i in range(1000))
+    code = f"PARAMS = {{\n{entries}}}\n\n\ndef policy(state, params):\n    return params['w0']\n"
+    part = dict(edit_prompt(_input(parent_code=code, feedback=from_result(RESULT, code))).parts)["parent"]
+    assert len(code) > 30000 and len(part) < 8000
+    assert "w23 = 0.125 in [-1, 1]; and 976 more (in the code)" in part and "w24 =" not in part
+
+
+def test_the_drivers_duplicate_check_hashes_are_not_shown_as_metrics():
+    """The driver adds the program's hashes to its stored metrics (`form_hash`, `proposed_hash`): they
+    mean nothing to a model and are not the domain's figures, so a prompt lists the domain's own."""
+    own = {f"m{i}": float(i) for i in range(12)}
+    stored = dict(RESULT, metrics={"proposed_hash": "6eaa4b959fade921", **own, "form_hash": "9b77b298eb420e4c"})
+    part = dict(edit_prompt(_input(feedback=from_result(stored, CODE))).parts)["parent"]
+    assert "Metrics: m0 0; m1 1;" in part and "m11 11\n" in part
+    assert "_hash" not in part and "6eaa4b959fade921" not in part

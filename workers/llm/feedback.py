@@ -2,7 +2,8 @@
 
 Built on the driver from search-split results only (`from_result` refuses any
 other split), so held-out figures cannot reach a prompt. Lists and nested
-detail are cut down to what a prompt can hold: scalar metrics, per-instance
+detail are cut down to what a prompt can hold: scalar metrics (not the hashes the
+driver adds for its duplicate check), per-instance
 scores with their names, the worst instances with their own scalar figures,
 the tuned PARAMS values and the failure reason.
 """
@@ -14,6 +15,8 @@ from dataclasses import dataclass
 from evaluators.params import ProgramFormatError, read_params
 
 REASON_CHARS = 600  # a failure reason's length in a prompt: its parent's and each recent failure's
+BOOKKEEPING = ("form_hash", "proposed_hash")  # metrics the driver adds for its duplicate check, not the domain's
+PARAMS_SHOWN = 24  # tuned PARAMS a prompt lists: the code (cut at max_code_chars) holds them all
 
 
 @dataclass(frozen=True)
@@ -26,7 +29,8 @@ class Feedback:
     metrics: tuple[tuple[str, str], ...] = ()  # (name, formatted value)
     instances: tuple[tuple[str, float], ...] = ()  # (instance, score), in the domain's order
     worst: tuple[tuple[str, float, str], ...] = ()  # (instance, score, its own figures)
-    params: tuple[tuple[str, str], ...] = ()  # tuned PARAMS: (name, "value in [low, high]")
+    params: tuple[tuple[str, str], ...] = ()  # tuned PARAMS: (name, "value in [low, high]"), the first PARAMS_SHOWN
+    params_more: int = 0  # how many more PARAMS the program declares than `params` lists
 
 
 def from_result(result: dict, code: str, worst: int = 3) -> Feedback:
@@ -37,9 +41,11 @@ def from_result(result: dict, code: str, worst: int = 3) -> Feedback:
     status = getattr(result["status"], "value", result["status"])
     metrics = result.get("metrics") or {}
     named = _named_instances(metrics, tuple(result.get("instance_scores") or ()))
+    params = _params(code)
     return Feedback(status=status, score=_number(result.get("score")), error=clip_reason(result.get("error") or ""),
-                    metrics=tuple((k, _fmt(v)) for k, v in metrics.items() if _scalar(v))[:12],
-                    instances=tuple(named)[:24], worst=_worst(named, metrics, worst), params=_params(code))
+                    metrics=tuple((k, _fmt(v)) for k, v in metrics.items() if _scalar(v) and k not in BOOKKEEPING)[:12],
+                    instances=tuple(named)[:24], worst=_worst(named, metrics, worst), params=params[:PARAMS_SHOWN],
+                    params_more=max(len(params) - PARAMS_SHOWN, 0))
 
 
 def clip_reason(text: str, limit: int = REASON_CHARS) -> str:
