@@ -4,6 +4,7 @@ import ast
 import numpy as np
 import pytest
 
+from evaluators.domains.trading.programs import SEED_PROGRAM as TRADING_SEED
 from evaluators.params import entry_point_ok, read_params
 from workers.ast_ops import OPERATORS, Motif, OpContext
 
@@ -241,22 +242,10 @@ def test_wrap_clip_bounds_no_row_of_values_and_no_count(program, state):
         assert child is None or _run(child, state).shape == (5,), child
 
 
-MOMENTUM = '''import numpy as np
-
-PARAMS = {"lookback": (10.0, 1.0, 250.0)}
-
-def policy(state, params):
-    close = state["close"]
-    n = np.clip(params["lookback"], 1, close.shape[1] - 1).astype(int)
-    past = np.take_along_axis(close, (close.shape[1] - 1 - n)[:, None], axis=1)[:, 0]
-    return np.sign(close[:, -1] - past)
-'''
-
-
 def test_perturb_const_keeps_an_integer_inside_an_index_argument_an_integer():
     """Trading's seed computes the column it reads (`close.shape[1] - 1 - n`) inside take_along_axis's
     indices: nudging that 1 to 1.23 made every such child fail with 'indices must be an integer array'."""
     state = {"close": np.cumsum(np.ones((5, 60)), axis=1)}
     for seed in range(30):
-        child = OPERATORS["perturb_const"](MOMENTUM, _ctx(seed))
+        child = OPERATORS["perturb_const"](TRADING_SEED, _ctx(seed))
         assert _run(child, state).shape == (5,), child
