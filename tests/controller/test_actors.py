@@ -18,7 +18,9 @@ HOSTILE = {
 
 
 def test_one_actor_contains_every_hostile_candidate_and_keeps_scoring(ray_cluster):
-    actor = EvaluatorActor.remote("inventory", TINY_INVENTORY, SandboxConfig(wall_s=6, memory_mb=1024))
+    # the infinite loop ends on its CPU time (3 s); the honest program, evaluated last, has the wall clock's
+    # 60 s, where 6 s for everyone timed it out once on a loaded CI machine
+    actor = EvaluatorActor.remote("inventory", TINY_INVENTORY, SandboxConfig(wall_s=60, cpu_s=3, memory_mb=1024))
     seed = get_domain("inventory", **TINY_INVENTORY).seed_program
     refs = {name: actor.evaluate.remote(name, code, "search") for name, (code, _) in HOSTILE.items()}
     refs["honest"] = actor.evaluate.remote("honest", seed, "search")
