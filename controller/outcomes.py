@@ -80,11 +80,15 @@ class Outcomes:
             return
         u.said = True
         entry = self.domain.entry_point
+        if reason == ALREADY_TRIED:  # it changed them, into programs the run had already
+            found = ("every child it made of these programs was one already tried: their changes are spent "
+                     "(more operators, mutator.embedded.operators, or an LLM, [mutator.llm], widen them)")
+        else:
+            found = f"{operators_reach(entry)}, and found none to change in these programs"
         self.notices.append(
-            f"atoll: the embedded mutator made no child from the last {u.in_a_row} requests "
-            f"({reason.removeprefix('mutation failed: ')}): {operators_reach(entry)}, and found none to change in "
-            f"these programs. A run with no other source of programs ends here, everything kept; "
-            f"{no_child_remedy(entry)}, then `atoll resume {self.run_dir}`.")
+            f"atoll: the embedded mutator made no new child from the last {u.in_a_row} requests "
+            f"({reason.removeprefix('mutation failed: ')}): {found}. A run with no other source of programs "
+            f"ends here, everything kept; {no_child_remedy(entry)}, then `atoll resume {self.run_dir}`.")
 
     def _on_eval(self, candidate: Candidate, result: EvalResult) -> None:
         if result.status == Status.OK and result.tuned_params:

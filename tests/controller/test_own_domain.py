@@ -224,7 +224,7 @@ def test_a_program_the_embedded_mutator_cannot_change_ends_the_run_with_the_reas
     run = atoll("run", "fixed.toml", "--run-dir", "run", "--max-evals", "50", "--no-report", "--set",
                 "run.max_wall_s=120", "--set", "islands.count=2", "--set", "evaluator.actors=1", cwd=tmp_path)
     assert "search stalled: 1 evaluations" in run.stdout and "atoll resume run" in run.stdout, run.stdout
-    said = [line for line in run.stderr.splitlines() if "the embedded mutator made no child" in line]
+    said = [line for line in run.stderr.splitlines() if "the embedded mutator made no new child" in line]
     assert len(said) == 1 and "in act() and PARAMS" in said[0] and "`atoll resume run`" in said[0], run.stderr
     _, rows, _ = run_query(tmp_path / "run", "SELECT status FROM runs")
     assert rows == [("stalled",)]
@@ -248,8 +248,8 @@ def test_a_parent_whose_few_children_were_all_tried_ends_the_run_as_stalled(tmp_
                 "run.max_wall_s=30", "--set", "islands.count=1", "--set", "islands.max_niches=1", "--set",
                 "evaluator.actors=1", cwd=tmp_path)
     assert "search stalled" in run.stdout, run.stdout
-    said = [line for line in run.stderr.splitlines() if "the embedded mutator made no child" in line]
-    assert len(said) == 1 and "each child it made was a program already tried" in said[0], run.stderr
+    said = [line for line in run.stderr.splitlines() if "the embedded mutator made no new child" in line]
+    assert len(said) == 1 and "every child it made of these programs was one already tried" in said[0], run.stderr
     _, rows, _ = run_query(tmp_path / "run", "SELECT status FROM runs")
     assert rows == [("stalled",)]
     _, rows, _ = run_query(tmp_path / "run", "SELECT count(*) FROM events WHERE kind = 'duplicate'")

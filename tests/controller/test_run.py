@@ -294,34 +294,25 @@ def _tiny_with_wall_s(seconds: int) -> list[str]:
 
 
 @pytest.mark.slow
-def test_a_search_whose_mutators_ran_out_of_new_programs_says_so(tmp_path):
-    """One operator on one island soon has nothing new to propose: the run says so once (and keeps the
-    event), then idles until its wall time; the test stops it once the note is out."""
+def test_a_search_whose_mutators_ran_out_of_new_programs_ends_stalled_and_says_so(tmp_path):
+    """One operator on one island soon has nothing new to propose: each request then makes a program
+    already tried. The run says so once, keeps the event and ends 'stalled' with its resume, where it
+    idled (archiving a duplicate event a request) until its wall time."""
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "controller", "run", "configs/inventory.toml", "--run-dir", str(run_dir),
-           "--max-evals", "400", "--no-report", *_tiny_with_wall_s(120),
-           "--set", "islands.count=1", "--set", 'mutator.embedded.operators=["swap_operator"]']
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env(tmp_path), start_new_session=True, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    said = []
-    try:
-        for line in proc.stderr:  # the note: about 8 s idle, longer in a loaded CI run
-            if "were all programs already tried" in line:
-                said.append(line)
-                break
-        os.killpg(proc.pid, signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    said += [line for line in err.splitlines() if "were all programs already tried" in line]
-    assert len(said) == 1 and "`atoll stop` ends the run" in said[0], err[-3000:]
-    assert "search interrupted" in out and "Traceback" not in err
+    out = subprocess.run([sys.executable, "-m", "controller", "run", "configs/inventory.toml", "--run-dir",
+                          str(run_dir), "--max-evals", "400", "--no-report", *_tiny_with_wall_s(120),
+                          "--set", "islands.count=1", "--set", 'mutator.embedded.operators=["swap_operator"]'],
+                         cwd=ROOT, env=env(tmp_path), text=True, capture_output=True, timeout=240, check=False)
+    said = [line for line in out.stderr.splitlines() if "every child it made of these programs was one already tried"
+            in line]
+    assert len(said) == 1 and f"atoll resume {run_dir}" in said[0], out.stderr[-3000:]
+    assert "search stalled" in out.stdout and "Traceback" not in out.stderr, out.stdout
     count, distinct = _counts(run_dir)
     assert count == distinct < 40  # a handful of operator swaps, each tried once
-    [(kind, in_a_row)] = run_query(run_dir, "SELECT kind, json_extract(data, '$.duplicates_in_a_row')::INT "
-                                            "FROM events WHERE kind = 'mutators-stalled'")[1]
-    assert in_a_row >= 1000  # kept in the archive too, and shown by `atoll watch`
+    [(in_a_row,)] = run_query(run_dir, "SELECT json_extract(data, '$.requests_in_a_row')::INT FROM events "
+                                       "WHERE kind = 'embedded-stalled'")[1]
+    assert in_a_row >= 200  # kept in the archive too, and shown by `atoll watch`
+    assert run_query(run_dir, "SELECT status FROM runs")[1] == [("stalled",)]
 
 
 @pytest.mark.slow
