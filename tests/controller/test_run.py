@@ -309,9 +309,9 @@ def test_a_search_whose_mutators_ran_out_of_new_programs_ends_stalled_and_says_s
     assert "search stalled" in out.stdout and "Traceback" not in out.stderr, out.stdout
     count, distinct = _counts(run_dir)
     assert count == distinct < 40  # a handful of operator swaps, each tried once
-    [(in_a_row,)] = run_query(run_dir, "SELECT json_extract(data, '$.requests_in_a_row')::INT FROM events "
-                                       "WHERE kind = 'embedded-stalled'")[1]
-    assert in_a_row >= 200  # kept in the archive too, and shown by `atoll watch`
+    stalls = run_query(run_dir, "SELECT json_extract(data, '$.requests_in_a_row')::INT FROM events "
+                                "WHERE kind = 'embedded-stalled'")[1]  # again after an island gained a member
+    assert stalls and all(n >= 200 for (n,) in stalls)  # kept in the archive too, and shown by `atoll watch`
     assert run_query(run_dir, "SELECT status FROM runs")[1] == [("stalled",)]
 
 
